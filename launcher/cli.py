@@ -1,0 +1,156 @@
+"""Command-line front: `jobns SUBCOMMAND [OPTIONS] [-- COMMAND...]`.
+
+argparse costs ~8-20 ms to import and jobns runs once per task, so this is a
+small table-driven parser: each subcommand lists its options (which also make
+its --help), and its implementation module is imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from launcher.errors import EXIT_JOBNS_FAILED, EXIT_OK, JobnsError
+
+VERSION = "0.1.0"
+
+FLAG, VALUE, OPTIONAL = "flag", "value", "optional"
+
+
+class Opt:
+    __slots__ = ("help", "kind", "metavar", "name")
+
+    def __init__(self, name: str, kind: str, help: str, metavar: str = "") -> None:
+        self.name = name
+        self.kind = kind
+        self.help = help
+        self.metavar = metavar
+
+
+class Command:
+    __slots__ = ("args", "handler", "help", "name", "opts", "summary")
+
+    def __init__(self, name: str, handler: str, summary: str, opts: list[Opt],
+                 args: str = "", help: str = "") -> None:
+        self.name = name
+        self.handler = handler   # "module:function", imported on use
+        self.summary = summary
+        self.opts = {o.name: o for o in opts}
+        self.args = args         # "COMMAND" when the subcommand takes a trailing command
+        self.help = help
+
+
+JOB_ID = Opt("--job-id", VALUE, "job id (default: $SLURM_JOB_ID)", "ID")
+USER = Opt("--user", VALUE, "job user, name or uid (default: $SLURM_JOB_USER, "
+           "$SLURM_JOB_UID, else you); only root may name another user", "USER")
+SHARED = Opt("--use-shared-tmpdir", OPTIONAL, "put /tmp and /var/tmp under shared_base "
+             "(=per-node: one directory per node)", "per-node")
+NO_RM = Opt("--no-rm-tmpdir", FLAG, "keep the shared directories after the job")
+CONFIG = Opt("--config", VALUE, "config file (default: $JOBNS_CONFIG, else "
+             "/etc/jobns/jobns.toml, else built-in defaults)", "PATH")
+KILL_WAIT = Opt("--kill-wait", VALUE, "seconds between SIGTERM and SIGKILL (default: "
+                "kill_wait from the config, 30)", "SECONDS")
+NET = Opt("--net", VALUE, "host (default) or none: a private network with only lo", "host|none")
+DRY_RUN = Opt("--dry-run", FLAG, "print the plan (directories, mounts, environment); "
+              "touch nothing")
+
+COMMANDS: dict[str, Command] = {c.name: c for c in [
+    Command("run", "launcher.run:main",
+            "run COMMAND with the job's private /tmp, /var/tmp and /dev/shm",
+            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, NET, DRY_RUN], args="COMMAND",
+            help="Runs COMMAND in a mount namespace where /tmp, /var/tmp and /dev/shm are the "
+                 "job's own directories, supervises it like slurmstepd supervises a task, and "
+                 "removes the directories when the job's last task on this node ends.\n"
+                 "Exit status: COMMAND's; 128+N if it died of signal N; 125 if jobns failed "
+                 "before COMMAND ran; 126 not executable; 127 not found."),
+]}
+
+
+def usage() -> str:
+    lines = ["usage: jobns SUBCOMMAND [OPTIONS] [-- COMMAND [ARG...]]", "",
+             "Private /tmp, /var/tmp and /dev/shm for every batch job.", "", "subcommands:"]
+    lines += [f"  {c.name:<12} {c.summary}" for c in COMMANDS.values()]
+    lines += ["", "`jobns SUBCOMMAND --help` for its options. Exit 125: jobns itself failed."]
+    return "\n".join(lines)
+
+
+def command_help(cmd: Command) -> str:
+    head = f"usage: jobns {cmd.name} [OPTIONS]" + (f" [--] {cmd.args} [ARG...]" if cmd.args
+                                                    else "")
+    lines = [head, "", cmd.help or cmd.summary, "", "options:"]
+    for o in cmd.opts.values():
+        spec = o.name + (f" {o.metavar}" if o.kind == VALUE else
+                         f"[={o.metavar}]" if o.kind == OPTIONAL else "")
+        lines.append(f"  {spec:<28} {o.help}")
+    lines.append(f"  {'-h, --help':<28} show this help")
+    return "\n".join(lines)
+
+
+def parse(cmd: Command, argv: list[str]) -> tuple[dict[str, str | bool | None], list[str]]:
+    """Options as {name without dashes, '-' -> '_': value}; and the trailing command."""
+    opts: dict[str, str | bool | None] = {o.name[2:].replace("-", "_"): None
+                                          for o in cmd.opts.values()}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return opts, argv[i + 1:]
+        if arg in ("-h", "--help"):
+            opts["help"] = True
+            i += 1
+            continue
+        if not arg.startswith("-") or arg == "-":
+            if cmd.args:
+                return opts, argv[i:]
+            raise JobnsError(f"jobns {cmd.name}: unexpected argument {arg!r} "
+                             f"(see jobns {cmd.name} --help)")
+        name, eq, value = arg.partition("=")
+        opt = cmd.opts.get(name)
+        if opt is None:
+            raise JobnsError(f"jobns {cmd.name}: unknown option {name!r} "
+                             f"(see jobns {cmd.name} --help)")
+        key = name[2:].replace("-", "_")
+        if opt.kind == FLAG:
+            if eq:
+                raise JobnsError(f"jobns {cmd.name}: {name} takes no value")
+            opts[key] = True
+        elif opt.kind == OPTIONAL:
+            opts[key] = value if eq else ""
+        else:
+            if not eq:
+                i += 1
+                if i >= len(argv):
+                    raise JobnsError(f"jobns {cmd.name}: {name} needs a value ({opt.metavar})")
+                value = argv[i]
+            opts[key] = value
+        i += 1
+    return opts, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return EXIT_OK if argv else EXIT_JOBNS_FAILED
+    if argv[0] == "--version":
+        print(f"jobns {VERSION}")
+        return EXIT_OK
+    cmd = COMMANDS.get(argv[0])
+    try:
+        if cmd is None:
+            raise JobnsError(f"unknown subcommand {argv[0]!r} (see jobns --help)")
+        opts, command = parse(cmd, argv[1:])
+        if opts.get("help"):
+            print(command_help(cmd))
+            return EXIT_OK
+        module, _, func = cmd.handler.partition(":")
+        handler = getattr(__import__(module, fromlist=[func]), func)
+        return int(handler(opts, command))
+    except JobnsError as e:
+        sys.stderr.write(f"jobns: {e}\n")
+        return e.code
+    except KeyboardInterrupt:
+        return EXIT_JOBNS_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

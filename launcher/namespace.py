@@ -1,0 +1,114 @@
+"""Create or join a job's mount namespace and apply a plan's binds. Runs in the task child.
+
+Two modes (README "Modes"):
+- root: a plain mount namespace; the task switches to the job user afterwards.
+- unprivileged: a user namespace that maps only the caller's uid and gid, plus a
+  mount namespace owned by it (the way every task runs under Slurm, because
+  slurmstepd drops to the job user before it execs the task).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from launcher import libc
+from launcher.errors import JobnsError
+
+# statvfs f_flag bits -> mount flags a bind remount must keep (a user namespace
+# may not clear flags of the mount it copied: they are "locked", see mount_namespaces(7)).
+_KEEP = ((os.ST_RDONLY, libc.MS_RDONLY), (os.ST_NOEXEC, libc.MS_NOEXEC),
+         (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
+
+USERNS_SYSCTLS = "user.max_user_namespaces (and kernel.unprivileged_userns_clone on Debian)"
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def userns_refusal(err: OSError) -> JobnsError:
+    return JobnsError(f"create a user namespace: {err.strerror}; unprivileged user namespaces "
+                      f"are disabled on this node (sysctl {USERNS_SYSCTLS}); ask the "
+                      "administrator to enable them, or to set the job up as root "
+                      "(jobns setup in a prolog)")
+
+
+def unshare(userns: bool, net_none: bool) -> None:
+    """New mount (and user, and network) namespaces for this process."""
+    flags = libc.CLONE_NEWNS
+    if userns:
+        flags |= libc.CLONE_NEWUSER
+    if net_none:
+        flags |= libc.CLONE_NEWNET
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        libc.unshare(flags)
+    except OSError as e:
+        if userns and e.errno in (errno.EPERM, errno.ENOSPC, errno.EINVAL, errno.EUSERS):
+            raise userns_refusal(e) from None
+        raise JobnsError(f"create a mount namespace: {e.strerror}; jobns needs root or "
+                         "unprivileged user namespaces") from None
+    if userns:
+        # Map only ourselves: the job sees no other uid, and setgroups stays denied
+        # so the mapping cannot be used to drop a group that restricts access.
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    # Slave, not private: NFS/autofs mounts the host makes later still appear in the
+    # job (Slurm needed job_container.conf Shared=true for this); ours never leak out.
+    libc.mount(None, "/", None, libc.MS_REC | libc.MS_SLAVE)
+
+
+def bind(source_fd: int, source_path: str, target: str) -> None:
+    """Bind the directory open at source_fd over target, then add nosuid,nodev.
+
+    Mounting from /proc/self/fd/N uses the directory opened before any bind, so
+    binding job-ID/tmp over /tmp cannot hide job-ID/var_tmp (seed 000's pitfall),
+    and a symlink swapped in since cannot redirect the mount.
+    """
+    try:
+        libc.mount(f"/proc/self/fd/{source_fd}", target, None, libc.MS_BIND)
+        flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV
+        st = os.statvfs(target)
+        for st_bit, ms_bit in _KEEP:
+            if st.f_flag & st_bit:
+                flags |= ms_bit
+        libc.mount(None, target, None, flags)
+    except OSError as e:
+        raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
+
+
+def loopback_up() -> None:
+    """--net none: the new network namespace has only lo; bring it up."""
+    # pyroute2 costs ~200 ms to import: only this option pays it.
+    from pyroute2 import IPRoute
+
+    try:
+        with IPRoute() as ipr:
+            (idx,) = ipr.link_lookup(ifname="lo")
+            ipr.link("set", index=idx, state="up")
+    except Exception as e:  # pyroute2 raises its own NetlinkError types
+        raise JobnsError(f"bring up lo in the job's network namespace: {e}") from None
+
+
+def join(user_pin: str | None, mnt_pin: str) -> None:
+    """Enter a set-up job's namespaces from their pin files (user first, then mount)."""
+    fds = []
+    try:
+        if user_pin is not None:
+            fds.append((os.open(user_pin, os.O_RDONLY | os.O_CLOEXEC), libc.CLONE_NEWUSER,
+                        user_pin))
+        fds.append((os.open(mnt_pin, os.O_RDONLY | os.O_CLOEXEC), libc.CLONE_NEWNS, mnt_pin))
+        for fd, kind, path in fds:
+            libc.setns(fd, kind, path)
+    except OSError as e:
+        raise JobnsError(f"join the job's namespace {e.filename or mnt_pin}: {e.strerror}; "
+                         "is the job set up on this node (jobns status)?") from None
+    finally:
+        for fd, _, _ in fds:
+            os.close(fd)

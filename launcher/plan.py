@@ -1,0 +1,121 @@
+"""PURE planning: config + job -> the directories, binds and environment of a job.
+
+Nothing here touches the system, so every layout is unit-tested without root.
+The layouts are seed 000's three tables:
+
+  local      <local_base>/job-ID/{tmp,var_tmp}            + <shm_base>/job-ID
+  shared     <shared_base>/job-ID/{tmp,var_tmp}           + <shm_base>/job-ID
+  per-node   <shared_base>/job-ID/HOST/{tmp,var_tmp}      + <shm_base>/job-ID
+
+A *tree* is one directory jobns makes as a unit (built under a temporary name
+and renamed into place, so no half-made tree is ever visible) and later removes
+as a unit; the binds point at a tree or at one of its children.
+"""
+
+from __future__ import annotations
+
+from launcher.errors import JobnsError
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
+if TYPE_CHECKING:
+    from launcher.config import Config
+    from launcher.job import Job
+
+TOP_MODE = 0o700       # a tree root: only the job user may enter it from the host
+SCRATCH_MODE = 0o1777  # /tmp and /var/tmp inside the job, like the real ones
+TMP_TARGETS = (("tmp", "/tmp"), ("var_tmp", "/var/tmp"))
+
+
+class Tree:
+    """One directory tree jobns makes for the job and removes with it."""
+
+    __slots__ = ("base", "children", "name", "parents", "remove", "role")
+
+    def __init__(self, role: str, base: str, parents: tuple[str, ...], name: str,
+                 children: tuple[str, ...], remove: bool) -> None:
+        self.role = role          # "local", "shared" or "shm"
+        self.base = base          # trusted, from the site config
+        self.parents = parents    # directories between base and the tree (per-node: job-ID)
+        self.name = name
+        self.children = children
+        self.remove = remove      # False only for shared trees under --no-rm-tmpdir
+
+    @property
+    def rel(self) -> str:
+        return "/".join((*self.parents, self.name))
+
+    @property
+    def path(self) -> str:
+        return f"{self.base.rstrip('/')}/{self.rel}"
+
+    def describe(self) -> list[str]:
+        lines = [f"mkdir  {self.base.rstrip('/')}/{'/'.join(self.parents[:i + 1])}"
+                 f"  mode {TOP_MODE:04o} (kept while another node uses it)"
+                 for i in range(len(self.parents))]
+        lines.append(f"mkdir  {self.path}  mode {TOP_MODE:04o}")
+        lines += [f"mkdir  {self.path}/{c}  mode {SCRATCH_MODE:04o}" for c in self.children]
+        when = "when the job's last task on this node ends" if self.remove else \
+            "never (--no-rm-tmpdir)"
+        lines.append(f"remove {self.path}  {when}")
+        return lines
+
+
+class Bind:
+    __slots__ = ("child", "target", "tree")
+
+    def __init__(self, tree: int, child: str, target: str) -> None:
+        self.tree = tree      # index into Plan.trees
+        self.child = child    # "" binds the tree root itself
+        self.target = target
+
+    def describe(self, plan: Plan) -> str:
+        src = plan.trees[self.tree].path + (f"/{self.child}" if self.child else "")
+        return f"bind   {src} -> {self.target}  (nosuid,nodev; host mounts propagate in)"
+
+
+class Plan:
+    __slots__ = ("binds", "env", "owner", "task_dirs", "trees")
+
+    def __init__(self, trees: list[Tree], binds: list[Bind], env: dict[str, str],
+                 task_dirs: list[str], owner: tuple[int, int]) -> None:
+        self.trees = trees
+        self.binds = binds
+        self.env = env
+        self.task_dirs = task_dirs  # made by the task itself, as the job user, before exec
+        self.owner = owner
+
+    def describe(self) -> str:
+        uid, gid = self.owner
+        out = [f"# owner of every directory: uid {uid} gid {gid}"]
+        for t in self.trees:
+            out += t.describe()
+        out += [b.describe(self) for b in self.binds]
+        out += [f"mkdir  {d}  (inside the job, as the job user)" for d in self.task_dirs]
+        out += [f"env    {k}={v}" for k, v in sorted(self.env.items())]
+        return "\n".join(out)
+
+
+def build(config: Config, job: Job) -> Plan:
+    from launcher.environment import job_environment, pmix_dirs
+
+    top = f"job-{job.job_id}"
+    scratch_children = tuple(c for c, _ in TMP_TARGETS)
+    if job.layout == "local":
+        scratch = Tree("local", config.local_base, (), top, scratch_children, True)
+    else:
+        if not config.shared_base:
+            raise JobnsError("--use-shared-tmpdir needs shared_base in the config "
+                             f"({config.source or 'no config file read'}); set it to a "
+                             "directory on the cluster file system")
+        keep = job.no_rm
+        if job.layout == "shared":
+            scratch = Tree("shared", config.shared_base, (), top, scratch_children, not keep)
+        else:
+            scratch = Tree("shared", config.shared_base, (top,), job.hostname,
+                           scratch_children, not keep)
+    shm = Tree("shm", config.shm_base, (), top, (), True)
+    trees = [scratch, shm]
+    binds = [Bind(0, child, target) for child, target in TMP_TARGETS]
+    binds.append(Bind(1, "", "/dev/shm"))
+    env = job_environment(config, job)
+    return Plan(trees, binds, env, pmix_dirs(env), (job.user.uid, job.user.gid))

@@ -1,0 +1,141 @@
+"""A small JSON Schema checker for the hot path.
+
+The schemas in ``schemas/*.json`` are the contract. jsonschema costs ~100 ms
+to import, too much for a task wrapper or an OCI hook that runs once per task,
+so the launch path checks documents with this interpreter of the subset of
+JSON Schema our schemas use. ``schemas/generated.py`` holds the schemas as
+Python literals (no json import either); tests keep it equal to the JSON files
+and check that this checker and jsonschema agree on good and bad documents.
+
+Supported keywords: type, properties, required, additionalProperties (bool or
+schema), items, enum, const, minimum, maximum, minLength, maxLength,
+minItems, pattern (only as a plain character-class spec, see _pattern_ok),
+anyOf, $ref (local "#/$defs/..." only), description/title/$schema/$id/default
+(ignored).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+_IGNORED = frozenset({"description", "title", "$schema", "$id", "default", "$defs",
+                      "examples", "$comment"})
+KNOWN = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum",
+                   "const", "minimum", "maximum", "minLength", "maxLength", "minItems",
+                   "pattern", "anyOf", "$ref"}) | _IGNORED
+
+
+def _type_ok(value: object, name: str) -> bool:
+    # bool is an int subclass in Python but not an integer in JSON Schema.
+    if isinstance(value, bool) and name in ("integer", "number"):
+        return False
+    return isinstance(value, _TYPES[name])
+
+
+def _where(path: str) -> str:
+    return path or "(top level)"
+
+
+def _resolve(root: dict[str, object], ref: str) -> dict[str, object]:
+    if not ref.startswith("#/"):
+        raise ValueError(f"unsupported $ref {ref!r}")
+    node: object = root
+    for part in ref[2:].split("/"):
+        assert isinstance(node, dict)
+        node = node[part]
+    assert isinstance(node, dict)
+    return node
+
+
+def _pattern_ok(pattern: str, value: str) -> bool:
+    # Patterns are compiled lazily: `re` costs ~5 ms to import and only a few
+    # schema strings carry one.
+    import re
+
+    return re.search(pattern, value) is not None
+
+
+def iter_errors(doc: object, schema: dict[str, object], root: dict[str, object] | None = None,
+                path: str = "") -> Iterator[str]:
+    """Yield one message per violation: '<json path>: <what is wrong>'."""
+    root = schema if root is None else root
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        yield from iter_errors(doc, _resolve(root, ref), root, path)
+        return
+    unknown = set(schema) - KNOWN
+    if unknown:
+        raise ValueError(f"schema keyword(s) not supported here: {sorted(unknown)}")
+    t = schema.get("type")
+    if t is not None:
+        names = [t] if isinstance(t, str) else list(t)  # type: ignore[arg-type]
+        if not any(_type_ok(doc, n) for n in names):
+            yield f"{_where(path)}: must be of type {' or '.join(names)}"
+            return
+    if "enum" in schema and doc not in schema["enum"]:  # type: ignore[operator]
+        yield f"{_where(path)}: must be one of {schema['enum']}"
+    if "const" in schema and doc != schema["const"]:
+        yield f"{_where(path)}: must be {schema['const']!r}"
+    if "anyOf" in schema:
+        options = schema["anyOf"]
+        assert isinstance(options, list)
+        if not any(not list(iter_errors(doc, o, root, path)) for o in options):
+            yield f"{_where(path)}: does not match any allowed form"
+    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        if isinstance(lo, (int, float)) and doc < lo:
+            yield f"{_where(path)}: must be >= {lo}"
+        if isinstance(hi, (int, float)) and doc > hi:
+            yield f"{_where(path)}: must be <= {hi}"
+    if isinstance(doc, str):
+        lo, hi = schema.get("minLength"), schema.get("maxLength")
+        if isinstance(lo, int) and len(doc) < lo:
+            yield f"{_where(path)}: must be at least {lo} characters"
+        if isinstance(hi, int) and len(doc) > hi:
+            yield f"{_where(path)}: must be at most {hi} characters"
+        pat = schema.get("pattern")
+        if isinstance(pat, str) and not _pattern_ok(pat, doc):
+            yield f"{_where(path)}: {doc!r} does not match {pat!r}"
+    if isinstance(doc, list):
+        lo = schema.get("minItems")
+        if isinstance(lo, int) and len(doc) < lo:
+            yield f"{_where(path)}: must have at least {lo} items"
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(doc):
+                yield from iter_errors(item, items, root, f"{path}[{i}]")
+    if isinstance(doc, dict):
+        props = schema.get("properties", {})
+        assert isinstance(props, dict)
+        required = schema.get("required", [])
+        assert isinstance(required, list)
+        for key in required:
+            if key not in doc:
+                yield f"{_where(path)}: missing required key {key!r}"
+        extra = schema.get("additionalProperties", True)
+        for key, value in doc.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in props:
+                yield from iter_errors(value, props[key], root, sub)
+            elif extra is False:
+                yield f"{sub}: unknown key (allowed: {', '.join(sorted(props))})"
+            elif isinstance(extra, dict):
+                yield from iter_errors(value, extra, root, sub)
+
+
+def first_error(doc: object, schema: dict[str, object]) -> str | None:
+    """The first violation, or None when the document is valid."""
+    return next(iter_errors(doc, schema), None)
