@@ -127,7 +127,19 @@ def parse(cmd: Command, argv: list[str]) -> tuple[dict[str, str | bool | None], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:
+        # The console script: skip interpreter finalisation (~2 ms per task); there is
+        # nothing to clean up that the kernel does not, once our output is flushed.
+        code = dispatch(sys.argv[1:])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import os
+
+        os._exit(code)
+    return dispatch(argv)
+
+
+def dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return EXIT_OK if argv else EXIT_JOBNS_FAILED

@@ -52,6 +52,10 @@ def open_dir(dir_fd: int, name: str, path: str) -> int:
             raise JobnsError(f"refuse {path}: it is a symbolic link, not a directory jobns "
                              "made; remove it or use another job id") from None
         if e.errno == errno.ENOTDIR:
+            # O_DIRECTORY reports a symlink as ENOTDIR before O_NOFOLLOW can say ELOOP.
+            if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                raise JobnsError(f"refuse {path}: it is a symbolic link, not a directory "
+                                 "jobns made; remove it or use another job id") from None
             raise JobnsError(f"refuse {path}: it exists and is not a directory; remove it "
                              "or use another job id") from None
         raise

@@ -32,10 +32,11 @@ def _write(path: str, text: str) -> None:
 
 
 def userns_refusal(err: OSError) -> JobnsError:
-    return JobnsError(f"create a user namespace: {err.strerror}; unprivileged user namespaces "
-                      f"are disabled on this node (sysctl {USERNS_SYSCTLS}); ask the "
-                      "administrator to enable them, or to set the job up as root "
-                      "(jobns setup in a prolog)")
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    return JobnsError(f"create a user namespace: {reason}; unprivileged user namespaces are "
+                      f"disabled on this node (sysctl {USERNS_SYSCTLS}) or not allowed here "
+                      "(a chroot, a restricted container); ask the administrator to enable "
+                      "them, or to set the job up as root (jobns setup in a prolog)")
 
 
 def unshare(userns: bool, net_none: bool) -> None:
@@ -51,7 +52,7 @@ def unshare(userns: bool, net_none: bool) -> None:
     except OSError as e:
         if userns and e.errno in (errno.EPERM, errno.ENOSPC, errno.EINVAL, errno.EUSERS):
             raise userns_refusal(e) from None
-        raise JobnsError(f"create a mount namespace: {e.strerror}; jobns needs root or "
+        raise JobnsError(f"create a mount namespace: {os.strerror(e.errno)}; jobns needs root or "
                          "unprivileged user namespaces") from None
     if userns:
         # Map only ourselves: the job sees no other uid, and setgroups stays denied

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sys
 import time
-
-import prctl
 
 from launcher.errors import (
     EXIT_JOBNS_FAILED,
@@ -28,6 +25,7 @@ from launcher.errors import (
     EXIT_SIGNAL_BASE,
     JobnsError,
 )
+from launcher.fastimport import set_child_subreaper, set_pdeathsig, signal
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -136,7 +134,7 @@ def _child(prepare: Callable[[], None], argv: list[str], env: dict[str, str], re
 
 def arm_child_death_signal(parent: int) -> None:
     """The task dies with jobns. Call after any uid change: setuid clears it."""
-    prctl.set_pdeathsig(signal.SIGKILL)
+    set_pdeathsig(signal.SIGKILL)
     if os.getppid() != parent:  # jobns already died before we armed it
         os._exit(EXIT_JOBNS_FAILED)
 
@@ -156,7 +154,7 @@ class Supervisor:
 
     def start(self, prepare: Callable[[], None], argv: list[str], env: dict[str, str]) -> None:
         """Fork the task; raise JobnsError (with its exit code) if it never ran."""
-        prctl.set_child_subreaper(1)
+        set_child_subreaper(True)
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         tty = self._foreground_tty()
         rfd, wfd = os.pipe2(os.O_CLOEXEC)

@@ -1,0 +1,138 @@
+"""Wheels for the node image, built on the host, installed in the image offline.
+
+The image builds run with no network (no registry, and the build containers must
+not talk to anything), so everything pip needs is built here first:
+- the runtime dependencies (python-prctl compiles against libcap: the host has
+  libcap-dev and gcc, and its /usr/bin/python3 is the same Debian 3.11.2 as the
+  image's, so the compiled wheel fits), cached by requirement list + interpreter;
+- the jobns wheel, from a copy of the source tree (pip would otherwise write
+  build/ and *.egg-info into the working tree other people are editing).
+Wheels are identified by a digest of their *contents*: zip members carry the
+build time, so the same sources give different wheel bytes on every build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+from containers.errors import RigError
+
+REPO = Path(__file__).resolve().parent.parent
+# The venv the project's tools live in; its interpreter is Debian's /usr/bin/python3.
+HOST_PYTHON = os.environ.get("JOBNS_RIG_PYTHON", "/opt/jobns/venv/bin/python")
+COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist",
+                                     ".mypy_cache", ".ruff_cache", ".pytest_cache")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("JOBNS_RIG_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jobns-rig")
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def project(repo: Path = REPO) -> dict[str, object]:
+    try:
+        with open(repo / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise RigError(f"read {repo / 'pyproject.toml'}: {e}") from None
+
+
+def runtime_requirements(repo: Path = REPO) -> list[str]:
+    proj = project(repo).get("project")
+    deps = proj.get("dependencies", []) if isinstance(proj, dict) else []
+    return sorted(str(d) for d in deps)
+
+
+def wheel_digest(path: Path) -> str:
+    """sha256 over (member name, member bytes), ignoring zip timestamps."""
+    h = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(path) as z:
+            for name in sorted(z.namelist()):
+                h.update(name.encode() + b"\0")
+                h.update(hashlib.sha256(z.read(name)).digest())
+    except (OSError, zipfile.BadZipFile) as e:
+        raise RigError(f"hash wheel {path}: {e}") from None
+    return h.hexdigest()
+
+
+def _pip_wheel(args: list[str], what: str) -> None:
+    cmd = [HOST_PYTHON, "-m", "pip", "wheel", "--disable-pip-version-check", "-q", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise RigError(f"build {what} wheels ({' '.join(cmd)}) failed with exit "
+                       f"{proc.returncode}:\n{tail}")
+
+
+def interpreter_tag() -> str:
+    out = subprocess.run([HOST_PYTHON, "-c", "import sys,sysconfig;print(sys.version.split()[0],"
+                          "sysconfig.get_platform())"], capture_output=True, text=True,
+                         check=False)
+    if out.returncode != 0:
+        raise RigError(f"run {HOST_PYTHON}: {out.stderr.strip()}; set JOBNS_RIG_PYTHON to a "
+                       "Python 3.11 with pip")
+    return out.stdout.strip()
+
+
+def dependency_wheels(requirements: list[str]) -> Path:
+    """A directory of wheels for requirements and everything they need (cached)."""
+    key = hashlib.sha256("\n".join([interpreter_tag(), *requirements]).encode()).hexdigest()[:16]
+    final = cache_dir() / "wheels" / key
+    if (final / ".complete").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    try:
+        _pip_wheel(["-w", str(work), *requirements], "dependency")
+        (work / ".complete").write_text("\n".join(requirements) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        work.rename(final)  # atomic: a half-filled directory is never reused
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
+    """Build the jobns wheel from a copy of the sources into dest; return its path."""
+    proj = project(repo)
+    tool = proj.get("tool", {})
+    st = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
+    packages = st.get("packages", []) if isinstance(st, dict) else []
+    if not packages:
+        raise RigError(f"find packages in {repo / 'pyproject.toml'} [tool.setuptools]: none")
+    with tempfile.TemporaryDirectory(prefix="jobns-src-") as src:
+        for name in ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in"):
+            if (repo / name).exists():
+                shutil.copy2(repo / name, Path(src) / name)
+        for pkg in packages:
+            top = str(pkg).split(".")[0]
+            if not (Path(src) / top).exists():
+                shutil.copytree(repo / top, Path(src) / top, ignore=COPY_IGNORE)
+        dest.mkdir(parents=True, exist_ok=True)
+        # build isolation fetches setuptools+wheel once into pip's cache: the project
+        # venv has no `wheel`, and setuptools 66 cannot build a wheel without it
+        _pip_wheel(["--no-deps", "-w", str(dest), src], "jobns")
+    found = sorted(dest.glob("jobns-*.whl"))
+    if len(found) != 1:
+        raise RigError(f"build jobns wheel: expected one jobns-*.whl in {dest}, found {found}")
+    return found[0]
+
+
+if __name__ == "__main__":  # a debugging aid: which wheels would go into the image
+    reqs = runtime_requirements()
+    d = dependency_wheels(reqs)
+    for w in sorted(d.glob("*.whl")):
+        print(w.name, wheel_digest(w)[:12])
+    sys.exit(0)

@@ -1,0 +1,153 @@
+"""Shared fixtures: the installed jobns, ordinary test users, and a private set of bases.
+
+Root and real-component tests never skip silently on CI: under CI=true a missing
+prerequisite is a failure, elsewhere a skip that says what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+JOBNS = os.environ.get("JOBNS_BIN", "/opt/jobns/venv/bin/jobns")
+ON_CI = os.environ.get("CI") == "true"
+TEST_USERS = ("jobnsalice", "jobnsbob")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip with a reason off CI; fail on CI, where every test must really run."""
+    if condition:
+        return
+    if ON_CI:
+        pytest.fail(f"prerequisite missing on CI: {reason}")
+    pytest.skip(reason)
+
+
+def require_root() -> None:
+    require(os.geteuid() == 0, "needs root (real mount namespaces and chown)")
+    require(os.access(JOBNS, os.X_OK), f"{JOBNS} is not installed (run ci/install-python)")
+
+
+class OsUser:
+    def __init__(self, name: str) -> None:
+        pw = pwd.getpwnam(name)
+        self.name = name
+        self.uid = pw.pw_uid
+        self.gid = pw.pw_gid
+        self.home = pw.pw_dir
+
+
+def _ensure_user(name: str) -> OsUser:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True)
+    return OsUser(name)
+
+
+@pytest.fixture(scope="session")
+def users() -> Iterator[list[OsUser]]:
+    """Two ordinary users (created once, removed at the end of the session)."""
+    require_root()
+    created = [n for n in TEST_USERS if not _exists(n)]
+    made = [_ensure_user(n) for n in TEST_USERS]
+    yield made
+    for n in created:
+        subprocess.run(["userdel", "-r", n], check=False, capture_output=True)
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+class Sandbox:
+    """A config whose bases live in a directory of this test only."""
+
+    def __init__(self, root: Path, shm: Path) -> None:
+        self.root = root
+        self.local = root / "local"
+        self.shared = root / "shared"
+        self.state = root / "state"
+        self.shm = shm
+        for d in (self.local, self.shared, self.shm):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(0o1777)  # like /tmp: ordinary users make their own job directories
+        self.state.mkdir(mode=0o755, exist_ok=True)
+        self.config = root / "jobns.toml"
+        self.write_config()
+
+    def write_config(self, extra: str = "") -> None:
+        self.config.write_text(
+            f'local_base = "{self.local}"\nshm_base = "{self.shm}"\n'
+            f'shared_base = "{self.shared}"\nstate_dir = "{self.state}"\nkill_wait = 2\n'
+            + extra)
+        self.config.chmod(0o644)
+
+    def run(self, args: Sequence[str], user: OsUser | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.cmd(args), timeout=timeout, capture_output=True, text=True,
+                              env=self.env(user, env), **self.creds(user), **kw)  # type: ignore[call-overload, no-any-return]
+
+    def popen(self, args: Sequence[str], user: OsUser | None = None,
+              env: dict[str, str] | None = None, **kw: object) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.cmd(args), text=True, env=self.env(user, env),  # type: ignore[call-overload, no-any-return]
+                                **self.creds(user), **kw)
+
+    def cmd(self, args: Sequence[str]) -> list[str]:
+        sub, *rest = args
+        return [JOBNS, sub, "--config", str(self.config), *rest]
+
+    @staticmethod
+    def creds(user: OsUser | None) -> dict[str, object]:
+        if user is None:
+            return {}
+        return {"user": user.uid, "group": user.gid, "extra_groups": [user.gid]}
+
+    @staticmethod
+    def env(user: OsUser | None, extra: dict[str, str] | None) -> dict[str, str]:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8"}
+        if user is not None:
+            env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+        else:
+            env.update(HOME="/root", USER="root")
+        env.update(extra or {})
+        return env
+
+    def leftovers(self) -> list[str]:
+        """Everything left in the bases (what a finished job must not leave)."""
+        out: list[str] = []
+        for base in (self.local, self.shared, self.shm):
+            out += [str(p) for p in base.iterdir()]
+        return out
+
+
+@pytest.fixture
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    require_root()
+    # Not under /tmp: the job's own /tmp hides the host's, and tests look from outside.
+    root = Path("/var/lib/jobns-tests") / uuid.uuid4().hex[:12]
+    root.mkdir(parents=True)
+    Path("/var/lib/jobns-tests").chmod(0o755)
+    root.chmod(0o755)
+    shm = Path("/dev/shm") / f"jobns-tests-{root.name}"
+    box = Sandbox(root, shm)
+    yield box
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(shm, ignore_errors=True)
+
+
+def host_mounts() -> str:
+    with open("/proc/self/mountinfo") as f:
+        return f.read()
