@@ -8,13 +8,13 @@ modules' own, so we import those; mypy checks against the Python modules.
 
 from __future__ import annotations
 
+import _prctl
+
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     import signal
 else:
     import _signal as signal
-
-import _prctl
 
 
 def set_pdeathsig(sig: int) -> None:

@@ -52,7 +52,8 @@ def unshare(userns: bool, net_none: bool) -> None:
     except OSError as e:
         if userns and e.errno in (errno.EPERM, errno.ENOSPC, errno.EINVAL, errno.EUSERS):
             raise userns_refusal(e) from None
-        raise JobnsError(f"create a mount namespace: {os.strerror(e.errno)}; jobns needs root or "
+        reason = os.strerror(e.errno or 0)
+        raise JobnsError(f"create a mount namespace: {reason}; jobns needs root or "
                          "unprivileged user namespaces") from None
     if userns:
         # Map only ourselves: the job sees no other uid, and setgroups stays denied

@@ -82,7 +82,7 @@ def exec_command(argv: list[str], env: dict[str, str]) -> None:
     denied: OSError | None = None
     for path in find_executable(argv[0], env):
         try:
-            os.execve(path, argv, env)
+            os.execve(path, argv, env)  # noqa: S606 -- exec without a shell is the point
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.ENOTDIR):
                 first = first or e

@@ -81,7 +81,7 @@ def iter_errors(doc: object, schema: dict[str, object], root: dict[str, object] 
         raise ValueError(f"schema keyword(s) not supported here: {sorted(unknown)}")
     t = schema.get("type")
     if t is not None:
-        names = [t] if isinstance(t, str) else list(t)  # type: ignore[arg-type]
+        names = [t] if isinstance(t, str) else [str(x) for x in t] if isinstance(t, list) else []
         if not any(_type_ok(doc, n) for n in names):
             yield f"{_where(path)}: must be of type {' or '.join(names)}"
             return

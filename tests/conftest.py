@@ -13,6 +13,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,21 +97,24 @@ class Sandbox:
         self.config.chmod(0o644)
 
     def run(self, args: Sequence[str], user: OsUser | None = None, timeout: float = 60,
-            env: dict[str, str] | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.cmd(args), timeout=timeout, capture_output=True, text=True,
-                              env=self.env(user, env), **self.creds(user), **kw)  # type: ignore[call-overload, no-any-return]
+            env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+        result: subprocess.CompletedProcess[str] = subprocess.run(
+            self.cmd(args), timeout=timeout, capture_output=True, text=True,
+            env=self.env(user, env), **self.creds(user), **kw)
+        return result
 
     def popen(self, args: Sequence[str], user: OsUser | None = None,
-              env: dict[str, str] | None = None, **kw: object) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.cmd(args), text=True, env=self.env(user, env),  # type: ignore[call-overload, no-any-return]
-                                **self.creds(user), **kw)
+              env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+        proc: subprocess.Popen[str] = subprocess.Popen(
+            self.cmd(args), text=True, env=self.env(user, env), **self.creds(user), **kw)
+        return proc
 
     def cmd(self, args: Sequence[str]) -> list[str]:
         sub, *rest = args
         return [JOBNS, sub, "--config", str(self.config), *rest]
 
     @staticmethod
-    def creds(user: OsUser | None) -> dict[str, object]:
+    def creds(user: OsUser | None) -> dict[str, Any]:
         if user is None:
             return {}
         return {"user": user.uid, "group": user.gid, "extra_groups": [user.gid]}

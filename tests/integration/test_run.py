@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Sandbox, OsUser, host_mounts
+from tests.conftest import OsUser, Sandbox, host_mounts
 
 pytestmark = pytest.mark.root
 
@@ -63,8 +63,9 @@ def test_two_concurrent_jobs_are_isolated(sandbox: Sandbox) -> None:
     gate = sandbox.root / "gate"
     procs = []
     for jid in ("A", "B"):
-        script = (f"echo {jid} > /tmp/mine; echo {jid} > /dev/shm/mine; touch {sandbox.root}/{jid}.ready; "
-                  f"while [ ! -e {gate} ]; do sleep 0.05; done; cat /tmp/mine /dev/shm/mine; ls /tmp")
+        script = (f"echo {jid} > /tmp/mine; echo {jid} > /dev/shm/mine; "
+                  f"touch {sandbox.root}/{jid}.ready; while [ ! -e {gate} ]; do sleep 0.05; done; "
+                  "cat /tmp/mine /dev/shm/mine; ls /tmp")
         procs.append(sandbox.popen(["run", "--job-id", jid, "--", "sh", "-c", script],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     for jid in ("A", "B"):
@@ -423,9 +424,10 @@ def test_teardown_copes_with_hostile_leftovers(sandbox: Sandbox, users: list[OsU
     victim.mkdir()
     (victim / "keep").write_text("precious")
     script = (
-        "set -e; mkdir -p /tmp/locked/inner && touch /tmp/locked/inner/f && chmod 000 /tmp/locked/inner /tmp/locked; "
-        "mkdir -p /tmp/ro && touch /tmp/ro/f && chmod 500 /tmp/ro; "
-        "mkfifo /tmp/fifo; python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('/tmp/sock')\"; "
+        "set -e; mkdir -p /tmp/locked/inner && touch /tmp/locked/inner/f; "
+        "chmod 000 /tmp/locked/inner /tmp/locked; "
+        "mkdir -p /tmp/ro && touch /tmp/ro/f && chmod 500 /tmp/ro; mkfifo /tmp/fifo; "
+        "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('/tmp/sock')\"; "
         f"ln -s {victim} /tmp/link-to-victim; ln -s {victim}/keep /dev/shm/link-to-file; "
         "d=/tmp/deep; for i in $(seq 200); do d=$d/d; done; mkdir -p $d; touch $d/bottom"
     )

@@ -1,0 +1,69 @@
+"""Job identity: every value that becomes a path component is validated (no root)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from launcher.errors import JobnsError
+from launcher.job import job_id_from, layout_from, pmix_identity, safe_component, user_from
+
+
+@pytest.mark.parametrize("good", ["8451", "job_1.2-3", "a" * 128, "..a", "A"])
+def test_safe_ids(good: str) -> None:
+    assert job_id_from(good, {}) == good
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "/abs", "a b", "x\n", "a" * 129, "é",
+                                 "a\x00b", "$(id)", "*"])
+def test_unsafe_ids(bad: str) -> None:
+    with pytest.raises(JobnsError, match="job id"):
+        job_id_from(bad, {})
+
+
+@given(st.text(max_size=200))
+def test_safe_component_never_returns_a_path_escape(value: str) -> None:
+    try:
+        out = safe_component(value, "x", "fix")
+    except JobnsError:
+        return
+    assert "/" not in out and out not in (".", "..") and "\x00" not in out and len(out) <= 128
+
+
+def test_job_id_from_slurm_and_flag_precedence() -> None:
+    assert job_id_from(None, {"SLURM_JOB_ID": "12"}) == "12"
+    assert job_id_from("7", {"SLURM_JOB_ID": "12"}) == "7"
+    with pytest.raises(JobnsError, match="no job id"):
+        job_id_from(None, {})
+
+
+def test_layouts() -> None:
+    assert layout_from(None) == "local"
+    assert layout_from("") == "shared"
+    assert layout_from("per-node") == "per-node"
+    with pytest.raises(JobnsError):
+        layout_from("pernode")
+
+
+def test_pmix_identity() -> None:
+    assert pmix_identity("5", {}) == ("jobns.5", "0")
+    assert pmix_identity("5", {"SLURM_STEP_ID": "2", "SLURM_PROCID": "9"}) == \
+        ("slurm.pmix.5.2", "9")
+    assert pmix_identity("5", {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "4",
+                               "SLURM_PROCID": "9"}) == ("ns", "4")
+    with pytest.raises(JobnsError):
+        pmix_identity("5", {"PMIX_NAMESPACE": "../../etc"})
+    with pytest.raises(JobnsError):
+        pmix_identity("5", {"SLURM_PROCID": "1;rm"})
+
+
+def test_user_defaults_to_caller() -> None:
+    assert user_from(None, {}).uid == os.getuid()
+
+
+def test_unknown_user() -> None:
+    with pytest.raises(JobnsError, match="no such user"):
+        user_from("no-such-user-jobns", {})
