@@ -53,6 +53,13 @@ NET = Opt("--net", VALUE, "host (default) or none: a private network with only l
 DRY_RUN = Opt("--dry-run", FLAG, "print the plan (directories, mounts, environment); "
               "touch nothing")
 
+FORCE = Opt("--force", FLAG, "after repeated failures, forget the job's record anyway")
+FORMAT = Opt("--format", VALUE, "sh (export lines, usable as a Slurm TaskProlog) or json",
+             "sh|json")
+JSON = Opt("--json", FLAG, "machine-readable output")
+GC_DRY = Opt("--dry-run", FLAG, "say what would be removed; remove nothing")
+NO_SLURM = Opt("--no-slurm", FLAG, "do not ask Slurm which jobs are alive; use recorded state")
+
 COMMANDS: dict[str, Command] = {c.name: c for c in [
     Command("run", "launcher.run:main",
             "run COMMAND with the job's private /tmp, /var/tmp and /dev/shm",
@@ -61,7 +68,30 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
                  "job's own directories, supervises it like slurmstepd supervises a task, and "
                  "removes the directories when the job's last task on this node ends.\n"
                  "Exit status: COMMAND's; 128+N if it died of signal N; 125 if jobns failed "
-                 "before COMMAND ran; 126 not executable; 127 not found."),
+                 "before COMMAND ran; 126 not executable; 127 not found.\n"
+                 "If `jobns setup` prepared the job on this node, COMMAND joins the job's "
+                 "namespace and the options given to setup apply."),
+    Command("setup", "launcher.setup:main",
+            "prolog (root): make the job's directories and one namespace for all its tasks",
+            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, DRY_RUN],
+            help="Creates the job's directories and a mount namespace (inside a user namespace "
+                 "owned by the job user) that every later `jobns run` of the job joins, pinned "
+                 "under state_dir. Idempotent. Run as root, e.g. as Slurm's Prolog."),
+    Command("teardown", "launcher.teardown:main",
+            "epilog (root): end the job's processes, remove its directories and state",
+            [JOB_ID, CONFIG, FORCE],
+            help="Unpins the job's namespace, terminates what still runs in it (SIGCONT+SIGTERM, "
+                 "kill_wait, SIGKILL), removes its directories (keeping shared ones under "
+                 "--no-rm-tmpdir) and its state. Safe to run twice. Tried 3 times; then the job "
+                 "is kept as teardown-fail and the exit status is 125."),
+    Command("env", "launcher.report:env_main", "print the job environment (TMPDIR, PMIx, ARC)",
+            [JOB_ID, USER, SHARED, CONFIG, FORMAT]),
+    Command("status", "launcher.report:status_main",
+            "every job jobns holds on this node, with bytes used and per-user totals",
+            [CONFIG, JSON]),
+    Command("gc", "launcher.gc:main",
+            "remove what is left of jobs that no longer exist (root)",
+            [CONFIG, GC_DRY, NO_SLURM]),
 ]}
 
 

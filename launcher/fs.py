@@ -78,12 +78,13 @@ def _owner_fix(fd: int, uid: int, gid: int) -> None:
 class TreeHandle:
     """An open, verified, share-locked job tree."""
 
-    __slots__ = ("fd", "parent_fds", "path", "tree")
+    __slots__ = ("created", "fd", "parent_fds", "tree")
 
-    def __init__(self, tree: Tree, parent_fds: list[int], fd: int) -> None:
+    def __init__(self, tree: Tree, parent_fds: list[int], fd: int, created: bool) -> None:
         self.tree = tree
         self.parent_fds = parent_fds  # base first; the last one holds the tree root
         self.fd = fd
+        self.created = created        # made by this call (not found in place)
 
     def child_path(self, child: str) -> str:
         return f"{self.tree.path}/{child}" if child else self.tree.path
@@ -223,6 +224,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
             sub = f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"
             fds.append(ensure_plain_dir(fds[-1], part, sub, uid, gid))
         parent = fds[-1]
+        created = False
         for _attempt in range(20):
             try:
                 fd = _verify_tree(parent, tree, uid)
@@ -233,6 +235,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                 tmp = _build_temp(parent, tree, uid, gid)
                 try:
                     libc.rename_noreplace(parent, tmp, tree.name)
+                    created = True
                 except OSError as e:
                     remove_entry(parent, tmp, f"{tree.path} (temporary)")
                     if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
@@ -244,7 +247,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                     # The job's last task removed it while we waited: start over.
                     os.close(fd)
                     continue
-            return TreeHandle(tree, fds, fd)
+            return TreeHandle(tree, fds, fd, created)
         raise JobnsError(f"create {tree.path}: it kept disappearing while being set up "
                          "(another task of the job removing it?); try again")
     except BaseException:
@@ -271,23 +274,55 @@ def release_tree(handle: TreeHandle) -> list[str]:
         parent = handle.parent_fds[-1]
         if not _still_linked(parent, tree.name, fd):
             return errors
-        errors += clear_dir(fd, tree.path)
-        try:
-            os.rmdir(tree.name, dir_fd=parent)
-        except OSError as e:
-            errors.append(f"remove {tree.path}: {e.strerror}")
-        # Per-node layout: job-ID/ goes once the last node's directory is gone.
-        for depth in range(len(tree.parents), 0, -1):
-            try:
-                os.rmdir(tree.parents[depth - 1], dir_fd=handle.parent_fds[depth - 1])
-            except OSError as e:
-                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                    errors.append(f"remove {tree.base}/{'/'.join(tree.parents[:depth])}: "
-                                  f"{e.strerror}")
-                break
+        errors += remove_tree(handle)
         return errors
     finally:
         handle.close()
+
+
+def remove_tree(handle: TreeHandle) -> list[str]:
+    """Remove a tree we hold (no refcount: setup's rollback and teardown own it)."""
+    tree = handle.tree
+    errors = remove_entry(handle.parent_fds[-1], tree.name, tree.path)
+    return errors + _prune_parents(tree, handle.parent_fds)
+
+
+def remove_recorded(tree: Tree) -> list[str]:
+    """Remove a tree by its recorded place, whatever the job left there (even a symlink
+    in place of the tree is only unlinked, never followed)."""
+    fds: list[int] = []
+    try:
+        fds.append(open_base(tree.base, f"{tree.role} base"))
+        for i, part in enumerate(tree.parents):
+            fds.append(open_dir(fds[-1], part,
+                                f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"))
+    except FileNotFoundError:
+        for fd in fds:
+            os.close(fd)
+        return []  # already gone
+    except (OSError, JobnsError) as e:
+        for fd in fds:
+            os.close(fd)
+        return [f"open {tree.path}: {e}"]
+    try:
+        return remove_entry(fds[-1], tree.name, tree.path) + _prune_parents(tree, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _prune_parents(tree: Tree, parent_fds: list[int]) -> list[str]:
+    # Per-node layout: job-ID/ goes once the last node's directory is gone.
+    errors: list[str] = []
+    for depth in range(len(tree.parents), 0, -1):
+        try:
+            os.rmdir(tree.parents[depth - 1], dir_fd=parent_fds[depth - 1])
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                errors.append(f"remove {tree.base}/{'/'.join(tree.parents[:depth])}: "
+                              f"{e.strerror}")
+            break
+    return errors
 
 
 def _open_for_clearing(parent_fd: int, name: str) -> int:

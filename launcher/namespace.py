@@ -85,6 +85,14 @@ def bind(source_fd: int, source_path: str, target: str) -> None:
         raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
 
 
+def unshare_net() -> None:
+    """A private network namespace for one task of a set-up job (--net none)."""
+    try:
+        libc.unshare(libc.CLONE_NEWNET)
+    except OSError as e:
+        raise JobnsError(f"create a network namespace: {os.strerror(e.errno or 0)}") from None
+
+
 def loopback_up() -> None:
     """--net none: the new network namespace has only lo; bring it up."""
     # pyroute2 costs ~200 ms to import: only this option pays it.

@@ -88,11 +88,73 @@ def main(opts: Options, command: list[str]) -> int:
     job = job_from(opts, environ)
     kill_wait = kill_wait_from(opts, config)
     net_none = net_from(opts)
+    from launcher import state
+
+    joined = state.read_run_env(config.state_dir, job.job_id)
+    if joined is not None:
+        if opts.get("dry_run"):
+            print(f"# job {job.job_id} is set up on this node: join {joined['mnt_pin']}")
+            return 0
+        if opts.get("use_shared_tmpdir") is not None or opts.get("no_rm_tmpdir"):
+            warn(f"job {job.job_id} is already set up: the options given to jobns setup apply")
+        kw = None if opts.get("kill_wait") is None else kill_wait
+        return run_joined(joined, job, command, environ, kw, net_none)
     plan = build(config, job)
     if opts.get("dry_run"):
         print(plan.describe())
         return 0
     return run_standalone(plan, job, command, environ, kill_wait, net_none)
+
+
+def config_from_run_env(values: dict[str, str]) -> Config:
+    raw: dict[str, object] = {}
+    if "arc.scratchdir" in values:
+        raw["arc"] = {"shared_filesystem": bool(values["arc.shared_filesystem"]),
+                      "scratchdir": values["arc.scratchdir"],
+                      "movetool": values["arc.movetool"],
+                      "shared_scratch": values["arc.shared_scratch"]}
+    return config_mod.Config(raw, "jobns setup")
+
+
+def run_joined(values: dict[str, str], job: Job, command: list[str], environ: dict[str, str],
+               kill_wait: float | None, net_none: bool) -> int:
+    """The job was set up by a prolog: join its pinned namespace(s); nothing to make or remove."""
+    from launcher.environment import job_environment, pmix_dirs
+
+    owner = int(values["uid"])
+    caller = os.geteuid()
+    if caller != 0 and caller != owner:
+        raise JobnsError(f"join job {job.job_id}: it belongs to uid {owner}, not to you "
+                         f"(uid {caller})")
+    if job.user.uid not in (0, owner):
+        raise JobnsError(f"join job {job.job_id}: it was set up for uid {owner}, not for "
+                         f"{job.user.name} (uid {job.user.uid})")
+    env = {**environ, **job_environment(config_from_run_env(values), job)}
+    task_dirs = pmix_dirs(env)
+    user_pin = values["user_pin"] or None
+    mnt_pin = values["mnt_pin"]
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    me = os.getpid()
+
+    def prepare() -> None:
+        # Root may enter the mount namespace directly; the job user enters through the
+        # user namespace it owns (the only way an unprivileged process may setns).
+        namespace.join(user_pin if caller != 0 else None, mnt_pin)
+        if net_none:
+            namespace.unshare_net()
+            namespace.loopback_up()
+        if caller == 0 and job.user.uid != 0:
+            switch_user(job.user)
+        arm_child_death_signal(me)
+        enter_workdir(cwd)
+        make_task_dirs(task_dirs)
+
+    sup = Supervisor(float(values["kill_wait"]) if kill_wait is None else kill_wait)
+    sup.start(prepare, command, env)
+    return sup.wait()
 
 
 def run_standalone(plan: Plan, job: Job, command: list[str], environ: dict[str, str],

@@ -1,0 +1,171 @@
+"""`jobns gc`: remove what is left of jobs that no longer exist on this node.
+
+Which jobs are dead: with Slurm reachable, every recorded job Slurm does not list
+as pending/running/completing; without it, the recorded state decides (a setup or
+teardown that was interrupted, i.e. its record says so and nobody holds its lock).
+Also swept: job trees in the bases with no record and no running task (a node
+crash or reboot loses /run), and temporary trees older than an hour.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from launcher import config as config_mod
+from launcher import fs, state
+from launcher.errors import JobnsError
+from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree
+from launcher.run import Options
+from launcher.setup import require_root, tree_from_record
+from launcher.teardown import teardown_locked
+
+ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
+                "REQUEUED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
+                "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE"}
+TEMP_MAX_AGE = 3600.0
+
+
+def slurm_alive_jobs() -> set[str] | None:
+    """Ids of jobs Slurm still knows as alive, or None when Slurm cannot be asked."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-a", "-o", "%A %T"], capture_output=True,
+                           text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0:
+        return None
+    alive = set()
+    for line in r.stdout.splitlines():
+        job_id, _, st = line.partition(" ")
+        if st.strip() in ALIVE_STATES:
+            alive.add(job_id.strip())
+    return alive
+
+
+def dead_by_record(state_dir: str, job_id: str, record: dict[str, object]) -> bool:
+    if record["state"] in ("teardown", "teardown-fail", "complete"):
+        return True
+    if record["state"] in ("pending", "pre-run"):
+        # Interrupted setup: a live one holds the job lock.
+        try:
+            with state.JobLock(state_dir, job_id, blocking=False):
+                return True
+        except JobnsError:
+            return False
+    pins = record["pins"]
+    assert isinstance(pins, dict)
+    mnt = pins.get("mnt")
+    if isinstance(mnt, str):
+        try:
+            st = os.stat(mnt)
+        except OSError:
+            return True
+        # An unmounted pin is the empty file itself, not the namespace.
+        return (st.st_dev, st.st_ino) != (pins.get("mnt_dev"), pins.get("mnt_ino"))
+    return False
+
+
+def unrecorded_trees(config: config_mod.Config, recorded: set[str]) -> list[Tree]:
+    """job-* trees in the local and shm bases that look like jobns's and nobody holds."""
+    found = []
+    for role, base, children in (("local", config.local_base, ("tmp", "var_tmp")),
+                                 ("shm", config.shm_base, ())):
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{base.rstrip('/')}/{name}"
+            if name.startswith(".job-") and ".jobns-" in name:
+                try:
+                    if time.time() - os.lstat(path).st_mtime > TEMP_MAX_AGE:
+                        found.append(Tree(role, base, (), name, (), True))
+                except OSError:
+                    pass
+                continue
+            if not name.startswith("job-") or path in recorded:
+                continue
+            tree = Tree(role, base, (), name, children, True)
+            if looks_like_ours(tree) and not in_use(tree):
+                found.append(tree)
+    return found
+
+
+def looks_like_ours(tree: Tree) -> bool:
+    import stat
+
+    try:
+        st = os.lstat(tree.path)
+        if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != TOP_MODE:
+            return False
+        for c in tree.children:
+            cst = os.lstat(f"{tree.path}/{c}")
+            if not stat.S_ISDIR(cst.st_mode) or stat.S_IMODE(cst.st_mode) != SCRATCH_MODE:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def in_use(tree: Tree) -> bool:
+    """A standalone `jobns run` holds a shared flock on its trees while it runs."""
+    import fcntl
+
+    try:
+        fd = os.open(tree.path, fs.O_DIR)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def main(opts: Options, _command: list[str]) -> int:
+    require_root("gc")
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
+    dry = bool(opts.get("dry_run"))
+    alive = slurm_alive_jobs() if not opts.get("no_slurm") else None
+    problems = 0
+    recorded_paths: set[str] = set()
+    for job_id in state.list_jobs(config.state_dir):
+        try:
+            record = state.read_record(config.state_dir, job_id)
+        except JobnsError as e:
+            print(f"jobns gc: {e}")
+            problems += 1
+            continue
+        if record is None:
+            continue
+        trees = record["trees"]
+        assert isinstance(trees, list)
+        recorded_paths |= {tree_from_record(t).path for t in trees}
+        dead = job_id not in alive if alive is not None else \
+            dead_by_record(config.state_dir, job_id, record)
+        if not dead:
+            continue
+        why = "not alive in Slurm" if alive is not None else f"recorded state {record['state']}"
+        print(f"{'would remove' if dry else 'removing'} job {job_id} ({why})")
+        if dry:
+            continue
+        try:
+            with state.JobLock(config.state_dir, job_id, blocking=False) as lock:
+                fresh = state.read_record(config.state_dir, job_id)
+                if fresh is not None:
+                    teardown_locked(config.state_dir, job_id, fresh, force=True)
+                lock.release_and_remove()
+        except JobnsError as e:
+            print(f"jobns gc: job {job_id}: {e}")
+            problems += 1
+    for tree in unrecorded_trees(config, recorded_paths):
+        print(f"{'would remove' if dry else 'removing'} {tree.path} (no job record, unused)")
+        if not dry:
+            for err in fs.remove_recorded(tree):
+                print(f"jobns gc: {err}")
+                problems += 1
+    return 125 if problems else 0

@@ -1,0 +1,131 @@
+"""`jobns env` and `jobns status`: what a job's tasks see, and what jobns holds on this node."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+
+from launcher import config as config_mod
+from launcher import state
+from launcher.environment import job_environment
+from launcher.errors import JobnsError
+from launcher.job import Job, hostname, job_id_from, lookup_user, pmix_identity
+from launcher.run import Options, config_from_run_env, job_from
+from launcher.setup import tree_from_record
+
+
+def env_main(opts: Options, _command: list[str]) -> int:
+    environ = dict(os.environ)
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    raw_id = opts.get("job_id")
+    job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
+    fmt = str(opts.get("format") or "sh")
+    if fmt not in ("sh", "json"):
+        raise JobnsError(f"--format {fmt!r}: expected sh or json")
+    values = state.read_run_env(config.state_dir, job_id)
+    if values is not None:
+        user = lookup_user(values["uid"])
+        nspace, rank = pmix_identity(job_id, environ)
+        job = Job(job_id, user, hostname(), values["layout"], False, nspace, rank)
+        env = job_environment(config_from_run_env(values), job)
+    else:
+        env = job_environment(config, job_from(opts, environ))
+    if fmt == "json":
+        print(json.dumps(env, indent=2, sort_keys=True))
+    else:
+        # Slurm's TaskProlog reads "export NAME=value" lines verbatim; shlex.quote leaves
+        # every value jobns makes (paths, ids) bare, so both readings agree on them.
+        for k, v in sorted(env.items()):
+            print(f"export {k}={shlex.quote(v)}")
+    return 0
+
+
+def tree_bytes(path: str) -> int | None:
+    """Disk use (st_blocks) below path without following symlinks; None if unreadable."""
+    total = 0
+    try:
+        stack = [path]
+        while stack:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    st = entry.stat(follow_symlinks=False)
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return None
+    return total
+
+
+def collect(state_dir: str) -> list[dict[str, object]]:
+    jobs = []
+    for job_id in state.list_jobs(state_dir):
+        try:
+            rec = state.read_record(state_dir, job_id)
+        except JobnsError as e:
+            jobs.append({"job_id": job_id, "state": "unreadable", "error": str(e)})
+            continue
+        if rec is None:
+            continue
+        trees = rec["trees"]
+        assert isinstance(trees, list)
+        paths = [tree_from_record(t).path for t in trees]
+        sizes = [tree_bytes(p) for p in paths]
+        rec["paths"] = paths
+        rec["bytes"] = None if None in sizes else sum(s or 0 for s in sizes)
+        jobs.append(rec)
+    return jobs
+
+
+def per_user(jobs: list[dict[str, object]]) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = {}
+    for j in jobs:
+        user = j.get("user")
+        name = str(user.get("name")) if isinstance(user, dict) else "?"
+        t = totals.setdefault(name, {"jobs": 0, "bytes": 0})
+        t["jobs"] += 1
+        b = j.get("bytes")
+        t["bytes"] += b if isinstance(b, int) else 0
+    return totals
+
+
+def human(n: object) -> str:
+    if not isinstance(n, int):
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{n}B"
+
+
+def status_main(opts: Options, _command: list[str]) -> int:
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
+    jobs = collect(config.state_dir)
+    totals = per_user(jobs)
+    if opts.get("json"):
+        print(json.dumps({"jobs": jobs, "users": totals}, indent=2, sort_keys=True))
+        return 0
+    print(f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  PATHS")
+    for j in jobs:
+        user = j.get("user")
+        name = str(user.get("name")) if isinstance(user, dict) else "?"
+        created = j.get("created")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) \
+            if isinstance(created, (int, float)) else "?"
+        paths = j.get("paths") or [j.get("error", "")]
+        assert isinstance(paths, list)
+        print(f"{j['job_id']!s:<14} {name:<12} {j['state']!s:<13} {when:<20} "
+              f"{human(j.get('bytes')):>9}  {' '.join(map(str, paths))}")
+    if totals:
+        print("\nPER USER")
+        for name, t in sorted(totals.items()):
+            print(f"  {name:<12} {t['jobs']} job(s) {human(t['bytes']):>9}")
+    return 0
+
+

@@ -1,0 +1,235 @@
+"""`jobns setup` (the prolog): make a job's directories and one namespace for all its tasks.
+
+Why a user namespace: under Slurm every task runs as the job user (slurmstepd
+drops privileges before it execs the task), and an unprivileged process may
+setns() only into namespaces owned by a user namespace it has rights in. So
+the root prolog forks a child that becomes the job user, creates a user
+namespace (mapping only that user) with the job's mount namespace inside it,
+makes the binds, and waits while root pins both namespaces by bind-mounting
+/proc/CHILD/ns/{user,mnt} onto files in the state directory. Every later task
+of the job (README "Why one pinned namespace": measured ~0.1 ms to join) opens
+the pins and joins. A job run by root gets a plain mount namespace.
+
+Before that child creates the user namespace it first enters a root-owned
+scratch mount namespace and detaches the state directory there, so the job's
+namespace holds no copies of other jobs' pins and never sees the state.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from launcher import config as config_mod
+from launcher import fs, libc, namespace, state
+from launcher.errors import JobnsError
+from launcher.fastimport import set_dumpable
+from launcher.plan import Plan, Tree, build
+from launcher.run import Options, job_from, kill_wait_from, switch_user
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from launcher.config import Config
+    from launcher.fs import TreeHandle
+    from launcher.job import Job
+
+
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise JobnsError(f"jobns {what} must run as root (it is a Slurm "
+                         f"{'Prolog' if what == 'setup' else 'Epilog'} or an admin command)")
+
+
+def tree_record(t: Tree) -> dict[str, object]:
+    return {"role": t.role, "base": t.base, "parents": list(t.parents), "name": t.name,
+            "children": list(t.children), "remove": t.remove}
+
+
+def tree_from_record(r: dict[str, object]) -> Tree:
+    parents, children = r["parents"], r["children"]
+    assert isinstance(parents, list) and isinstance(children, list)
+    return Tree(str(r["role"]), str(r["base"]), tuple(parents), str(r["name"]), tuple(children),
+                bool(r["remove"]))
+
+
+def options_of(job: Job) -> dict[str, object]:
+    """What must match for a repeated setup to be the same setup."""
+    return {"user": job.user.uid, "layout": job.layout, "no_rm_tmpdir": job.no_rm}
+
+
+def new_record(job: Job, plan: Plan, kill_wait: float, config: Config) -> dict[str, object]:
+    now = time.time()
+    arc = config.raw.get("arc")
+    return {
+        "version": 1, "job_id": job.job_id,
+        "user": {"name": job.user.name, "uid": job.user.uid, "gid": job.user.gid},
+        "hostname": job.hostname, "layout": job.layout, "no_rm_tmpdir": job.no_rm,
+        "state": "pre-run", "created": now, "updated": now,
+        "trees": [tree_record(t) for t in plan.trees],
+        "pins": {"user": None, "mnt": None, "mnt_dev": None, "mnt_ino": None},
+        "kill_wait": kill_wait, "arc": arc if isinstance(arc, dict) else None,
+        "teardown_failures": 0, "errors": [], "history": [{"state": "pre-run", "at": now}],
+        "options": options_of(job),
+    }
+
+
+def set_state(record: dict[str, object], new: str) -> None:
+    now = time.time()
+    record["state"] = new
+    record["updated"] = now
+    history = record["history"]
+    assert isinstance(history, list)
+    history.append({"state": new, "at": now})
+
+
+def _make_pin(path: str) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o711, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+    os.close(fd)
+
+
+def pin_namespaces(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str
+                   ) -> dict[str, object]:
+    """Create the job's namespace(s) in a child and pin them; returns the pins record."""
+    expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
+    user_pin, mnt_pin = state.pin_paths(state_dir, job.job_id)
+    userns = job.user.uid != 0
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the namespace holder
+        os.close(ready_r)
+        os.close(done_w)
+        try:
+            libc.unshare(libc.CLONE_NEWNS)
+            libc.mount(None, "/", None, libc.MS_REC | libc.MS_SLAVE)
+            try:
+                libc.umount2(state_dir, libc.MNT_DETACH)  # hide every pin from the job
+            except OSError:
+                pass
+            if userns:
+                switch_user(job.user)
+                # After a uid change /proc/self belongs to root; writing uid_map needs this.
+                set_dumpable(True)
+                namespace.unshare(userns=True, net_none=False)
+            sources = [fs.reopen(handles[b.tree], b.child, ident)
+                       for b, ident in zip(plan.binds, expected, strict=True)]
+            for (fd, path), b in zip(sources, plan.binds, strict=True):
+                namespace.bind(fd, path, b.target)
+            os.write(ready_w, b"ok")
+            os.read(done_r, 1)  # hold the namespaces until root has pinned them
+            os._exit(0)
+        except BaseException as e:  # report, never unwind into the parent's code
+            msg = str(e) if isinstance(e, JobnsError) else f"set up namespace: {e}"
+            try:
+                os.write(ready_w, msg.encode(errors="replace"))
+            finally:
+                os._exit(125)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        reply = os.read(ready_r, 65536).decode(errors="replace")
+        if reply != "ok":
+            raise JobnsError(reply or "set up namespace: the namespace holder died")
+        pins: dict[str, object] = {"user": None, "mnt": mnt_pin}
+        if userns:
+            _make_pin(user_pin)
+            libc.mount(f"/proc/{pid}/ns/user", user_pin, None, libc.MS_BIND)
+            pins["user"] = user_pin
+        _make_pin(mnt_pin)
+        libc.mount(f"/proc/{pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
+        st = os.stat(mnt_pin)
+        pins["mnt_dev"], pins["mnt_ino"] = st.st_dev, st.st_ino
+        return pins
+    finally:
+        os.close(ready_r)
+        os.close(done_w)  # lets the holder exit
+        os.waitpid(pid, 0)
+
+
+def unpin(pins: dict[str, object]) -> list[str]:
+    errors = []
+    for key in ("mnt", "user"):
+        path = pins.get(key)
+        if not isinstance(path, str):
+            continue
+        try:
+            libc.umount2(path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
+        except OSError as e:
+            if e.errno != 22:  # EINVAL: not mounted (already unpinned)
+                errors.append(f"unpin {path}: {e.strerror}")
+    return errors
+
+
+def run_env_values(record: dict[str, object], config: Config) -> dict[str, str]:
+    pins = record["pins"]
+    user = record["user"]
+    assert isinstance(pins, dict) and isinstance(user, dict)
+    values = {
+        "job_id": str(record["job_id"]), "uid": str(user["uid"]), "gid": str(user["gid"]),
+        "user": str(user["name"]), "layout": str(record["layout"]),
+        "user_pin": str(pins["user"] or ""), "mnt_pin": str(pins["mnt"]),
+        "kill_wait": repr(record["kill_wait"]),
+    }
+    # The job environment as setup saw the config: later runs use exactly this.
+    arc = config.arc
+    if arc is not None:
+        values.update({"arc.shared_filesystem": "1" if arc.shared_filesystem else "",
+                       "arc.scratchdir": arc.scratchdir, "arc.movetool": arc.movetool,
+                       "arc.shared_scratch": arc.shared_scratch})
+    return values
+
+
+def main(opts: Options, _command: list[str]) -> int:
+    require_root("setup")
+    environ = dict(os.environ)
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    job = job_from(opts, environ)
+    kill_wait = kill_wait_from(opts, config)
+    plan = build(config, job)
+    if opts.get("dry_run"):
+        print(plan.describe())
+        return 0
+    state.ensure_state_dir(config.state_dir)
+    with state.JobLock(config.state_dir, job.job_id):
+        old = state.read_record(config.state_dir, job.job_id)
+        if old is not None:
+            if old.get("options") != options_of(job):
+                raise JobnsError(f"setup job {job.job_id}: it is already set up on this node "
+                                 f"with other options ({old.get('options')}); run jobns "
+                                 "teardown first")
+            if old["state"] == "running":
+                return 0  # idempotent: the prolog ran twice
+            from launcher.teardown import teardown_locked
+
+            teardown_locked(config.state_dir, job.job_id, old, force=True)
+        setup_locked(config, job, plan, kill_wait)
+    return 0
+
+
+def setup_locked(config: Config, job: Job, plan: Plan, kill_wait: float) -> dict[str, object]:
+    """Create everything for the job; on any failure undo what this call made."""
+    record = new_record(job, plan, kill_wait, config)
+    state.write_record(config.state_dir, job.job_id, record)
+    uid, gid = plan.owner
+    handles: list[TreeHandle] = []
+    pins: dict[str, object] = {}
+    try:
+        for tree in plan.trees:
+            handles.append(fs.acquire_tree(tree, uid, gid, lock=False))
+        pins = pin_namespaces(plan, handles, job, config.state_dir)
+        record["pins"] = pins
+        state.write_run_env(config.state_dir, job.job_id, run_env_values(record, config))
+        set_state(record, "running")
+        state.write_record(config.state_dir, job.job_id, record)
+        return record
+    except BaseException:
+        unpin(pins)
+        for h in handles:
+            if h.created:
+                fs.remove_tree(h)
+        state.remove_job_dir(config.state_dir, job.job_id)
+        raise
+    finally:
+        for h in handles:
+            h.close()

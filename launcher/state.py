@@ -1,0 +1,203 @@
+"""Per-job state on this node, kept in the root-only state directory (default /run/jobns).
+
+  <state_dir>/                 root 0711, a private bind mount of itself (see ensure_state_dir)
+  <state_dir>/jobs/<id>.lock   root 0600: setup / teardown / gc of one job take it exclusively
+  <state_dir>/jobs/<id>/       root 0711
+      state.json               the job record (schemas/job-state.schema.json), for humans/tools
+      run.env                  the few values `jobns run` needs to join, as KEY=VALUE lines
+                               (the task-launch path reads this, never JSON)
+      ns/user, ns/mnt          pins: /proc/PID/ns/* bind-mounted onto empty files
+
+Every write is atomic (temporary file, fsync, rename), so a crash leaves the old
+record or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+
+from launcher import libc
+from launcher.errors import JobnsError
+
+JOBS = "jobs"
+RUN_ENV = "run.env"
+STATE = "state.json"
+RUN_ENV_VERSION = "1"
+
+
+def job_dir(state_dir: str, job_id: str) -> str:
+    return f"{state_dir}/{JOBS}/{job_id}"
+
+
+def pin_paths(state_dir: str, job_id: str) -> tuple[str, str]:
+    d = job_dir(state_dir, job_id)
+    return f"{d}/ns/user", f"{d}/ns/mnt"
+
+
+def _mountpoints() -> set[str]:
+    with open("/proc/self/mountinfo") as f:
+        return {line.split()[4].replace("\\040", " ") for line in f}
+
+
+def ensure_state_dir(state_dir: str) -> None:
+    """Create the state directory and make it a private mount of its own.
+
+    Pins are bind mounts of namespace files. In a shared mount they would
+    propagate into the very namespaces they pin (the kernel refuses that), so,
+    like Slurm's job_container BasePath, the directory is bound onto itself and
+    made private once per boot.
+    """
+    try:
+        os.makedirs(f"{state_dir}/{JOBS}", mode=0o711, exist_ok=True)
+    except OSError as e:
+        raise JobnsError(f"create state directory {state_dir}: {e.strerror}") from None
+    for path in (state_dir, f"{state_dir}/{JOBS}"):
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise JobnsError(f"refuse state directory {path}: it must be a directory owned by "
+                             "root and writable only by root; fix it or set state_dir")
+    if state_dir not in _mountpoints():
+        try:
+            libc.mount(state_dir, state_dir, None, libc.MS_BIND)
+            libc.mount(None, state_dir, None, libc.MS_PRIVATE)
+        except OSError as e:
+            raise JobnsError(f"make {state_dir} a private mount: {e.strerror}") from None
+
+
+class JobLock:
+    """Exclusive flock on <state_dir>/jobs/<id>.lock (root only)."""
+
+    def __init__(self, state_dir: str, job_id: str, blocking: bool = True) -> None:
+        self.path = f"{state_dir}/{JOBS}/{job_id}.lock"
+        self.blocking = blocking
+        self.fd = -1
+
+    def __enter__(self) -> JobLock:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                raise JobnsError(f"job lock {self.path} is held by another jobns") from None
+            # Whoever held it before may have removed the file: lock the current one.
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    self.fd = fd
+                    return self
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def release_and_remove(self) -> None:
+        """Remove the lock file while still holding it (the job is gone)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
+    import json
+
+    try:
+        with open(f"{job_dir(state_dir, job_id)}/{STATE}", "rb") as f:
+            doc = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise JobnsError(f"read job state {job_dir(state_dir, job_id)}/{STATE}: {e}; "
+                         "`jobns teardown --force` removes a broken record") from None
+    from launcher.validate import first_error
+    from schemas.generated import SCHEMAS
+
+    problem = first_error(doc, SCHEMAS["job-state.schema.json"])
+    if problem is not None:
+        raise JobnsError(f"read job state {job_dir(state_dir, job_id)}/{STATE}: {problem}")
+    assert isinstance(doc, dict)
+    return doc
+
+
+def write_record(state_dir: str, job_id: str, record: dict[str, object]) -> None:
+    import json
+
+    from launcher.validate import first_error
+    from schemas.generated import SCHEMAS
+
+    problem = first_error(record, SCHEMAS["job-state.schema.json"])
+    if problem is not None:  # a bug in jobns, not bad input: say so loudly
+        raise JobnsError(f"internal error: job state for {job_id} violates its schema: {problem}")
+    d = job_dir(state_dir, job_id)
+    os.makedirs(d, mode=0o711, exist_ok=True)
+    write_atomic(f"{d}/{STATE}", json.dumps(record, indent=2, sort_keys=True).encode() + b"\n")
+
+
+def write_run_env(state_dir: str, job_id: str, values: dict[str, str]) -> None:
+    for k, v in values.items():
+        if "\n" in k or "=" in k or "\n" in v:
+            raise JobnsError(f"internal error: run.env value {k!r} has a newline or '='")
+    body = "".join(f"{k}={v}\n" for k, v in {"version": RUN_ENV_VERSION, **values}.items())
+    write_atomic(f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode())
+
+
+def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
+    """The join record of a set-up job, or None. Hot path: no json, one open."""
+    path = f"{job_dir(state_dir, job_id)}/{RUN_ENV}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise JobnsError(f"read {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        # Trust only what root wrote: a user-writable state_dir must not steer a task.
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise JobnsError(f"refuse {path}: not owned by root or writable by others; "
+                             "check state_dir in the config")
+        data = os.read(fd, 1 << 20).decode()
+    finally:
+        os.close(fd)
+    values = dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
+    if values.get("version") != RUN_ENV_VERSION:
+        raise JobnsError(f"read {path}: unknown version {values.get('version')!r}; was the job "
+                         "set up by another jobns version? (jobns teardown, then setup)")
+    return values
+
+
+def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
+    from launcher import fs
+
+    base = os.open(f"{state_dir}/{JOBS}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return fs.remove_entry(base, job_id, job_dir(state_dir, job_id))
+    finally:
+        os.close(base)
+
+
+def list_jobs(state_dir: str) -> list[str]:
+    try:
+        names = os.listdir(f"{state_dir}/{JOBS}")
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if not n.endswith(".lock") and ".tmp-" not in n)

@@ -1,0 +1,144 @@
+"""`jobns teardown` (the epilog): end what still runs in the job, drop the pins, remove the
+directories and the state. Safe to run twice, after a crash, or on a half-set-up job.
+
+Order matters: unpin first (no new task can join), then terminate every process
+in the job's mount namespace (seed 004: SIGCONT+SIGTERM, kill_wait, SIGKILL, wait
+for all), then remove the trees, then look once more for stragglers. A failing
+step is reported and the others still run; the whole teardown is tried three
+times before the job is left in `teardown-fail` for the administrator (seed 003).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+
+from launcher import config as config_mod
+from launcher import fs, state
+from launcher.errors import JobnsError
+from launcher.fastimport import signal
+from launcher.job import job_id_from
+from launcher.run import Options
+from launcher.setup import require_root, set_state, tree_from_record, unpin
+from launcher.supervise import signal_all
+
+ATTEMPTS = 3
+RETRY_PAUSE = 1.0
+UNKILLABLE_WAIT = 30.0
+
+
+def processes_in_namespace(dev: int, ino: int) -> list[int]:
+    """Every process whose mount namespace is (dev, ino)."""
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            st = os.stat(f"/proc/{name}/ns/mnt")
+        except OSError:
+            continue  # gone, or a zombie (its namespaces are already released)
+        if (st.st_dev, st.st_ino) == (dev, ino):
+            out.append(int(name))
+    return out
+
+
+def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
+    """SIGCONT+SIGTERM, wait kill_wait, SIGKILL, wait for all; errors if any survive."""
+    pids = processes_in_namespace(dev, ino)
+    if not pids:
+        return []
+    signal_all(pids, signal.SIGCONT)
+    signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + kill_wait
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = processes_in_namespace(dev, ino)
+    deadline = time.monotonic() + UNKILLABLE_WAIT
+    while pids:
+        signal_all(pids, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            return [f"terminate the job's processes: {sorted(pids)} still alive after SIGKILL "
+                    f"(stuck in the kernel?); see /proc/PID/stack"]
+        time.sleep(0.05)
+        pids = processes_in_namespace(dev, ino)
+    return []
+
+
+def teardown_once(record: dict[str, object]) -> list[str]:
+    errors: list[str] = []
+    pins = record["pins"]
+    assert isinstance(pins, dict)
+    errors += unpin(pins)
+    dev, ino = pins.get("mnt_dev"), pins.get("mnt_ino")
+    kill_wait = float(str(record["kill_wait"]))
+    if isinstance(dev, int) and isinstance(ino, int):
+        errors += terminate_namespace(dev, ino, kill_wait)
+    trees = record["trees"]
+    assert isinstance(trees, list)
+    for t in trees:
+        tree = tree_from_record(t)
+        if tree.remove:
+            errors += fs.remove_recorded(tree)
+    if isinstance(dev, int) and isinstance(ino, int):
+        errors += terminate_namespace(dev, ino, 0.0)  # a task that joined during removal
+    return errors
+
+
+def teardown_locked(state_dir: str, job_id: str, record: dict[str, object],
+                    force: bool = False) -> None:
+    if record["state"] not in ("teardown", "teardown-fail"):
+        set_state(record, "teardown")
+        state.write_record(state_dir, job_id, record)
+    errors: list[str] = []
+    for attempt in range(ATTEMPTS):
+        errors = teardown_once(record)
+        if not errors:
+            errors = state.remove_job_dir(state_dir, job_id)
+            if not errors:
+                return
+        fails = record["teardown_failures"]
+        assert isinstance(fails, int)
+        record["teardown_failures"] = fails + 1
+        record["errors"] = errors
+        state.write_record(state_dir, job_id, record)
+        if attempt + 1 < ATTEMPTS:
+            time.sleep(RETRY_PAUSE)
+    set_state(record, "teardown-fail")
+    state.write_record(state_dir, job_id, record)
+    for err in errors:
+        sys.stderr.write(f"jobns: teardown {job_id}: {err}\n")
+    if force:
+        state.remove_job_dir(state_dir, job_id)
+        raise JobnsError(f"teardown job {job_id}: forgot its record (--force) although "
+                         f"{len(errors)} problem(s) remain (listed above); clean those by hand")
+    raise JobnsError(f"teardown job {job_id}: {len(errors)} problem(s) after {ATTEMPTS} "
+                     "attempts (listed above); the job is kept as teardown-fail: fix them and "
+                     "run jobns teardown again, or --force to forget it")
+
+
+def main(opts: Options, _command: list[str]) -> int:
+    require_root("teardown")
+    environ = dict(os.environ)
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    raw_id = opts.get("job_id")
+    job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
+    try:
+        lock = state.JobLock(config.state_dir, job_id)
+        lock.__enter__()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return 0  # no state directory: nothing was ever set up here
+        raise
+    try:
+        record = state.read_record(config.state_dir, job_id)
+        if record is None:
+            lock.release_and_remove()
+            return 0  # not set up on this node (or already torn down): nothing to do
+        teardown_locked(config.state_dir, job_id, record, force=bool(opts.get("force")))
+        lock.release_and_remove()
+        return 0
+    finally:
+        lock.__exit__()
