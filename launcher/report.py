@@ -62,7 +62,7 @@ def tree_bytes(path: str) -> int | None:
 
 
 def collect(state_dir: str) -> list[dict[str, object]]:
-    jobs = []
+    jobs: list[dict[str, object]] = []
     for job_id in state.list_jobs(state_dir):
         try:
             rec = state.read_record(state_dir, job_id)
