@@ -31,6 +31,8 @@ MAX_DEPTH = 48  # deeper directories are moved up to the tree root, so fds stay 
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.plan import Tree
 
 
@@ -256,8 +258,11 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
         raise
 
 
-def release_tree(handle: TreeHandle) -> list[str]:
+def release_tree(handle: TreeHandle, adopted: Callable[[], bool] | None = None) -> list[str]:
     """Drop our hold; remove the tree if we were its last user and it is removable.
+
+    adopted() is asked while we hold the tree exclusively: True means a prolog has
+    since set the job up and owns the tree now (its epilog removes it), so we keep it.
 
     Returns error messages (removal goes on past failures, so one bad file does
     not keep the rest of the job's files on the node).
@@ -272,7 +277,7 @@ def release_tree(handle: TreeHandle) -> list[str]:
         except BlockingIOError:
             return errors  # another task of this job still runs here
         parent = handle.parent_fds[-1]
-        if not _still_linked(parent, tree.name, fd):
+        if not _still_linked(parent, tree.name, fd) or (adopted is not None and adopted()):
             return errors
         errors += remove_tree(handle)
         return errors

@@ -103,7 +103,7 @@ def main(opts: Options, command: list[str]) -> int:
     if opts.get("dry_run"):
         print(plan.describe())
         return 0
-    return run_standalone(plan, job, command, environ, kill_wait, net_none)
+    return run_standalone(plan, job, command, environ, kill_wait, net_none, config.state_dir)
 
 
 def config_from_run_env(values: dict[str, str]) -> Config:
@@ -158,7 +158,7 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
 
 
 def run_standalone(plan: Plan, job: Job, command: list[str], environ: dict[str, str],
-                   kill_wait: float, net_none: bool) -> int:
+                   kill_wait: float, net_none: bool, state_dir: str) -> int:
     """No prolog set this job up: make its namespace for this one task."""
     root = os.geteuid() == 0
     uid, gid = plan.owner
@@ -196,7 +196,9 @@ def run_standalone(plan: Plan, job: Job, command: list[str], environ: dict[str, 
         sup.start(prepare, command, env)
         return sup.wait()
     finally:
+        from launcher.state import is_set_up
+
         for h in handles:
-            for err in fs.release_tree(h):
+            for err in fs.release_tree(h, lambda: is_set_up(state_dir, job.job_id)):
                 warn(err)
         sys.stderr.flush()

@@ -104,9 +104,13 @@ def pin_namespaces(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: s
             libc.unshare(libc.CLONE_NEWNS)
             libc.mount(None, "/", None, libc.MS_REC | libc.MS_SLAVE)
             try:
-                libc.umount2(state_dir, libc.MNT_DETACH)  # hide every pin from the job
-            except OSError:
-                pass
+                # Drop the pins (their bind mount) and cover what lies beneath, so the
+                # job holds no reference to other jobs' namespaces and reads no state.
+                libc.umount2(state_dir, libc.MNT_DETACH)
+                libc.mount("jobns-state", state_dir, "tmpfs", libc.MS_NOSUID | libc.MS_NODEV
+                           | libc.MS_NOEXEC | libc.MS_RDONLY, "size=4k,mode=0755")
+            except OSError as e:
+                raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
             if userns:
                 switch_user(job.user)
                 # After a uid change /proc/self belongs to root; writing uid_map needs this.
@@ -191,7 +195,7 @@ def main(opts: Options, _command: list[str]) -> int:
         print(plan.describe())
         return 0
     state.ensure_state_dir(config.state_dir)
-    with state.JobLock(config.state_dir, job.job_id):
+    with state.JobLock(config.state_dir, job.job_id) as lock:
         old = state.read_record(config.state_dir, job.job_id)
         if old is not None:
             if old.get("options") != options_of(job):
@@ -203,7 +207,11 @@ def main(opts: Options, _command: list[str]) -> int:
             from launcher.teardown import teardown_locked
 
             teardown_locked(config.state_dir, job.job_id, old, force=True)
-        setup_locked(config, job, plan, kill_wait)
+        try:
+            setup_locked(config, job, plan, kill_wait)
+        except BaseException:
+            lock.release_and_remove()  # nothing of the job is left: neither is its lock
+            raise
     return 0
 
 
@@ -215,8 +223,10 @@ def setup_locked(config: Config, job: Job, plan: Plan, kill_wait: float) -> dict
     handles: list[TreeHandle] = []
     pins: dict[str, object] = {}
     try:
+        # Shared-locked while we work: a standalone `jobns run` of this job finishing now
+        # cannot remove them under us (it sees our record once it wins the lock).
         for tree in plan.trees:
-            handles.append(fs.acquire_tree(tree, uid, gid, lock=False))
+            handles.append(fs.acquire_tree(tree, uid, gid))
         pins = pin_namespaces(plan, handles, job, config.state_dir)
         record["pins"] = pins
         state.write_run_env(config.state_dir, job.job_id, run_env_values(record, config))

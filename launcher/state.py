@@ -195,6 +195,11 @@ def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
         os.close(base)
 
 
+def is_set_up(state_dir: str, job_id: str) -> bool:
+    """A record exists: a setup owns (or is making) the job's trees on this node."""
+    return os.path.exists(f"{job_dir(state_dir, job_id)}/{STATE}")
+
+
 def list_jobs(state_dir: str) -> list[str]:
     try:
         names = os.listdir(f"{state_dir}/{JOBS}")

@@ -148,6 +148,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     shm = Path("/dev/shm") / f"jobns-tests-{root.name}"
     box = Sandbox(root, shm)
     yield box
+    # jobns setup makes state_dir a private bind mount of itself (as on a real node).
+    subprocess.run(["umount", "-R", "-l", str(box.state)], check=False, capture_output=True)
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(shm, ignore_errors=True)
 
@@ -155,3 +157,17 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 def host_mounts() -> str:
     with open("/proc/self/mountinfo") as f:
         return f.read()
+
+
+def job_mounts(box: Sandbox) -> list[str]:
+    """Host mounts a job may have left: pins, binds, anything under the sandbox except
+    the state directory's own self-bind (deliberate, like Slurm's BasePath)."""
+    out = []
+    for line in host_mounts().splitlines():
+        target = line.split()[4]
+        if target == str(box.state):
+            continue
+        if target.startswith((str(box.root), str(box.shm))) or \
+                target in ("/tmp", "/var/tmp", "/dev/shm"):
+            out.append(line)
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OsUser, Sandbox, host_mounts
+from tests.conftest import OsUser, Sandbox, host_mounts, job_mounts
 
 pytestmark = pytest.mark.root
 
@@ -37,7 +37,7 @@ def alive(pid: int) -> bool:
 
 
 def test_local_layout_binds_and_cleans_up(sandbox: Sandbox) -> None:
-    mounts_before = host_mounts()
+    mounts_before = job_mounts(sandbox)
     ready, gate = sandbox.root / "ready", sandbox.root / "gate"
     script = ("echo data > /tmp/f; echo v > /var/tmp/g; echo s > /dev/shm/h; "
               f"touch {ready}; while [ ! -e {gate} ]; do sleep 0.05; done; "
@@ -56,7 +56,7 @@ def test_local_layout_binds_and_cleans_up(sandbox: Sandbox) -> None:
         opts = [ln.split()[5] for ln in mountinfo.splitlines() if ln.split()[4] == target]
         assert any("nosuid" in o and "nodev" in o for o in opts), (target, opts)
     assert sandbox.leftovers() == []
-    assert host_mounts() == mounts_before
+    assert job_mounts(sandbox) == mounts_before
 
 
 def test_two_concurrent_jobs_are_isolated(sandbox: Sandbox) -> None:
@@ -207,7 +207,7 @@ def test_supplementary_groups_are_the_users(sandbox: Sandbox, users: list[OsUser
 
 def test_unprivileged_mode_as_ordinary_user(sandbox: Sandbox, users: list[OsUser]) -> None:
     alice = users[0]
-    mounts_before = host_mounts()
+    mounts_before = job_mounts(sandbox)
     r = sandbox.run(["run", "--job-id", "N1", "--", "sh", "-c",
                      "id -u; cat /proc/self/uid_map; touch /tmp/a /var/tmp/b /dev/shm/c; "
                      f"stat -c '%u' {sandbox.local}/job-N1/tmp/a /dev/shm/c"],
@@ -218,7 +218,7 @@ def test_unprivileged_mode_as_ordinary_user(sandbox: Sandbox, users: list[OsUser
     assert out[1].split() == [str(alice.uid), str(alice.uid), "1"]  # only herself mapped
     assert out[2:4] == [str(alice.uid), str(alice.uid)]  # files land owned by her on the host
     assert sandbox.leftovers() == []
-    assert host_mounts() == mounts_before
+    assert job_mounts(sandbox) == mounts_before
 
 
 def test_ordinary_user_cannot_run_for_someone_else(sandbox: Sandbox,

@@ -1,0 +1,328 @@
+"""setup / run (joining) / teardown / env / status / gc, for real, as root and as users."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import OsUser, Sandbox, job_mounts
+from tests.integration.test_run import alive, wait_for
+
+pytestmark = pytest.mark.root
+
+
+def setup(box: Sandbox, job: str, *extra: str) -> None:
+    r = box.run(["setup", "--job-id", job, *extra])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+
+
+def teardown(box: Sandbox, job: str) -> None:
+    r = box.run(["teardown", "--job-id", job])
+    assert r.returncode == 0, r.stderr
+
+
+def assert_clean(box: Sandbox) -> None:
+    assert box.leftovers() == []
+    assert job_mounts(box) == []
+    assert sorted(os.listdir(box.state / "jobs")) == []
+
+
+def test_steps_share_the_job_namespace(sandbox: Sandbox, users: list[OsUser]) -> None:
+    alice = users[0]
+    setup(sandbox, "100", "--user", alice.name)
+    # Two "steps" as the job user (how slurmstepd runs tasks) and one as root.
+    r1 = sandbox.run(["run", "--job-id", "100", "--", "sh", "-c",
+                      "echo step1 > /tmp/a; echo shm > /dev/shm/b; readlink /proc/self/ns/mnt"],
+                     user=alice)
+    assert r1.returncode == 0, r1.stderr
+    r2 = sandbox.run(["run", "--job-id", "100", "--", "sh", "-c",
+                      "cat /tmp/a /dev/shm/b; readlink /proc/self/ns/mnt; id -u"], user=alice)
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stdout.split()[:2] == ["step1", "shm"]
+    assert r2.stdout.split()[2] == r1.stdout.split()[0]  # the very same mount namespace
+    assert r2.stdout.split()[3] == str(alice.uid)
+    r3 = sandbox.run(["run", "--job-id", "100", "--", "cat", "/tmp/a"])
+    assert r3.returncode == 0 and r3.stdout == "step1\n", r3.stderr
+    # The job's files are on the host where seed 000 says, owned by the job user.
+    assert (sandbox.local / "job-100/tmp/a").stat().st_uid == alice.uid
+    teardown(sandbox, "100")
+    assert_clean(sandbox)
+
+
+def test_concurrent_job_does_not_see_it(sandbox: Sandbox, users: list[OsUser]) -> None:
+    alice, bob = users
+    setup(sandbox, "201", "--user", alice.name)
+    setup(sandbox, "202", "--user", bob.name)
+    assert sandbox.run(["run", "--job-id", "201", "--", "touch", "/tmp/secret"],
+                       user=alice).returncode == 0
+    r = sandbox.run(["run", "--job-id", "202", "--", "ls", "-A", "/tmp"], user=bob)
+    assert r.returncode == 0 and r.stdout.split() == ["pmix"], r.stdout
+    # Bob cannot join Alice's job, even knowing its id.
+    r = sandbox.run(["run", "--job-id", "201", "--", "true"], user=bob)
+    assert r.returncode == 125 and "belongs to uid" in r.stderr
+    teardown(sandbox, "201")
+    teardown(sandbox, "202")
+    assert_clean(sandbox)
+
+
+def test_64_concurrent_tasks_land_in_one_namespace(sandbox: Sandbox,
+                                                   users: list[OsUser]) -> None:
+    alice = users[0]
+    setup(sandbox, "300", "--user", alice.name)
+    n = 64
+    script = (f"touch /tmp/task-$SLURM_PROCID /dev/shm/seg-$SLURM_PROCID; "
+              f"while [ $(ls /tmp | grep -c task-) -lt {n} ]; do sleep 0.05; done; "
+              f"while [ $(ls /dev/shm | grep -c seg-) -lt {n} ]; do sleep 0.05; done; "
+              "readlink /proc/self/ns/mnt")
+    procs = [sandbox.popen(["run", "--job-id", "300", "--", "sh", "-c", script], user=alice,
+                           env={"SLURM_PROCID": str(i), "SLURM_STEP_ID": "0"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(n)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * n, [e for _, e in outs if e][:3]
+    assert len({o.strip() for o, _ in outs}) == 1  # one namespace for all 64
+    # Every task got its own PMIx process directory, under one namespace directory.
+    ranks = sorted(os.listdir(sandbox.local / "job-300/tmp/pmix/slurm.pmix.300.0"), key=int)
+    assert ranks == [str(i) for i in range(n)]
+    teardown(sandbox, "300")
+    assert_clean(sandbox)
+
+
+def test_setup_is_idempotent_and_refuses_other_options(sandbox: Sandbox,
+                                                       users: list[OsUser]) -> None:
+    setup(sandbox, "400", "--user", users[0].name)
+    setup(sandbox, "400", "--user", users[0].name)
+    r = sandbox.run(["setup", "--job-id", "400", "--user", users[0].name,
+                     "--use-shared-tmpdir"])
+    assert r.returncode == 125 and "already set up" in r.stderr
+    teardown(sandbox, "400")
+    teardown(sandbox, "400")  # twice is fine
+    assert_clean(sandbox)
+
+
+def test_teardown_ends_a_task_ignoring_sigterm_and_its_setsid_child(
+        sandbox: Sandbox, users: list[OsUser]) -> None:
+    alice = users[0]
+    setup(sandbox, "500", "--user", alice.name, "--kill-wait", "1")
+    pids = sandbox.root / "pids"
+    pids.touch()
+    pids.chmod(0o666)
+    p = sandbox.popen(["run", "--job-id", "500", "--", "sh", "-c",
+                       f"trap '' TERM; setsid sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
+                       f"exec sleep 300' & echo $$ >> {pids}; while :; do sleep 0.1; done"],
+                      user=alice)
+    deadline = time.monotonic() + 20
+    while len(pids.read_text().split()) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    teardown(sandbox, "500")
+    assert time.monotonic() - t0 >= 1.0  # kill_wait honoured before SIGKILL
+    assert [int(x) for x in pids.read_text().split() if alive(int(x))] == []
+    assert p.wait(timeout=20) == 128 + signal.SIGKILL
+    assert_clean(sandbox)
+
+
+def test_shared_per_node_setup_and_no_rm(sandbox: Sandbox, users: list[OsUser]) -> None:
+    alice = users[0]
+    host = os.uname().nodename.split(".")[0]
+    setup(sandbox, "600", "--user", alice.name, "--use-shared-tmpdir=per-node", "--no-rm-tmpdir")
+    assert sandbox.run(["run", "--job-id", "600", "--", "sh", "-c", "echo out > /tmp/result"],
+                       user=alice).returncode == 0
+    teardown(sandbox, "600")
+    assert (sandbox.shared / "job-600" / host / "tmp" / "result").read_text() == "out\n"
+    assert not (sandbox.shm / "job-600").exists()
+    assert job_mounts(sandbox) == []
+
+
+def test_host_mount_made_after_setup_appears_in_joined_task(sandbox: Sandbox,
+                                                            users: list[OsUser]) -> None:
+    mnt = sandbox.root / "autofs"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "top", str(mnt)], check=True)
+    try:
+        subprocess.run(["mount", "--make-shared", str(mnt)], check=True)
+        (mnt / "later").mkdir()
+        setup(sandbox, "700", "--user", users[0].name)
+        subprocess.run(["mount", "-t", "tmpfs", "later", str(mnt / "later")], check=True)
+        (mnt / "later" / "here").touch()
+        r = sandbox.run(["run", "--job-id", "700", "--", "ls", str(mnt / "later")],
+                        user=users[0])
+        assert r.returncode == 0 and r.stdout.split() == ["here"], r.stderr
+        teardown(sandbox, "700")
+    finally:
+        subprocess.run(["umount", "-R", str(mnt)], check=False)
+
+
+def test_state_is_not_visible_inside_the_job(sandbox: Sandbox, users: list[OsUser]) -> None:
+    setup(sandbox, "710", "--user", users[0].name)
+    setup(sandbox, "711", "--user", users[1].name)
+    r = sandbox.run(["run", "--job-id", "711", "--", "ls", "-A", str(sandbox.state)],
+                    user=users[1])
+    assert r.returncode == 0 and r.stdout == "", r.stdout  # no pins of job 710 in there
+    teardown(sandbox, "710")
+    teardown(sandbox, "711")
+    assert_clean(sandbox)
+
+
+def test_env_and_status(sandbox: Sandbox, users: list[OsUser]) -> None:
+    alice = users[0]
+    sandbox.write_config('[arc]\nshared_filesystem = true\nscratchdir = "/scratch"\n')
+    setup(sandbox, "800", "--user", alice.name)
+    assert sandbox.run(["run", "--job-id", "800", "--", "sh", "-c",
+                        "head -c 100000 /dev/zero > /tmp/blob"], user=alice).returncode == 0
+    r = sandbox.run(["env", "--job-id", "800"], env={"SLURM_STEP_ID": "1",
+                                                     "SLURM_PROCID": "2"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert all(ln.startswith("export ") for ln in lines)
+    env = dict(ln[len("export "):].split("=", 1) for ln in lines)
+    assert env["TMPDIR"] == "/tmp" and env["PMIX_PROCDIR"] == "/tmp/pmix/slurm.pmix.800.1/2"
+    assert env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/scratch"
+    r = sandbox.run(["env", "--job-id", "800", "--format", "json"])
+    assert json.loads(r.stdout)["TMPDIR"] == "/tmp"
+    r = sandbox.run(["status", "--json"])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (job,) = doc["jobs"]
+    assert job["job_id"] == "800" and job["state"] == "running"
+    assert job["user"]["name"] == alice.name and job["bytes"] >= 100000
+    assert doc["users"][alice.name]["jobs"] == 1
+    text = sandbox.run(["status"]).stdout
+    assert "800" in text and alice.name in text and "PER USER" in text
+    teardown(sandbox, "800")
+    assert_clean(sandbox)
+
+
+def test_setup_and_teardown_need_root(sandbox: Sandbox, users: list[OsUser]) -> None:
+    for sub in ("setup", "teardown", "gc"):
+        r = sandbox.run([sub, "--job-id", "9"] if sub != "gc" else [sub], user=users[0])
+        assert r.returncode == 125 and "must run as root" in r.stderr, (sub, r.stderr)
+
+
+def test_racing_setup_run_teardown_of_many_jobs(sandbox: Sandbox, users: list[OsUser]) -> None:
+    """setup/run/teardown of one job racing each other, and of many jobs at once:
+    afterwards no state, no mount and no directory is left, and nothing crashed."""
+    alice = users[0]
+    failures: list[str] = []
+
+    def cycle(job: str) -> None:
+        for _ in range(3):
+            for args in (["setup", "--job-id", job, "--user", alice.name],
+                         ["teardown", "--job-id", job]):
+                r = sandbox.run(args)
+                if r.returncode != 0:
+                    failures.append(f"{args}: {r.stderr}")
+
+    def racer(job: str) -> None:
+        for _ in range(6):
+            r = sandbox.run(["run", "--job-id", job, "--", "true"], user=alice)
+            # Between teardown and setup a run may fall back to a standalone namespace,
+            # or lose the race to a teardown (killed): both are fine, crashes are not.
+            if r.returncode not in (0, 125, 128 + 9, 128 + 15) or "Traceback" in r.stderr:
+                failures.append(f"run {job}: {r.returncode} {r.stderr}")
+
+    threads = [threading.Thread(target=cycle, args=(f"r{i}",)) for i in range(6)]
+    threads += [threading.Thread(target=racer, args=(f"r{i}",)) for i in range(3)]
+    threads += [threading.Thread(target=cycle, args=("same",)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert failures == []
+    for job in [f"r{i}" for i in range(6)] + ["same"]:
+        teardown(sandbox, job)
+    # A racer's standalone run may still be finishing its own removal: give it a moment.
+    deadline = time.monotonic() + 10
+    while sandbox.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert_clean(sandbox)
+
+
+def test_gc_removes_interrupted_jobs_and_orphan_trees(sandbox: Sandbox,
+                                                      users: list[OsUser]) -> None:
+    alice = users[0]
+    # 1. A job whose teardown was interrupted (its record says so).
+    setup(sandbox, "900", "--user", alice.name)
+    record_path = sandbox.state / "jobs/900/state.json"
+    rec = json.loads(record_path.read_text())
+    rec["state"] = "teardown"
+    record_path.write_text(json.dumps(rec))
+    # 2. A live job that must survive gc.
+    setup(sandbox, "901", "--user", alice.name)
+    # 3. A standalone run whose jobns was SIGKILLed: its task dies with it (pdeathsig)
+    #    and its trees stay behind with nobody holding them.
+    (sandbox.root / "w").mkdir(mode=0o1777)
+    (sandbox.root / "w").chmod(0o1777)
+    pidfile = sandbox.root / "w" / "pid"
+    p = sandbox.popen(["run", "--job-id", "902", "--", "sh", "-c",
+                       f"echo $$ > {pidfile}; exec sleep 300"], user=alice)
+    wait_for(pidfile)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert (sandbox.local / "job-902").is_dir()
+    dry = sandbox.run(["gc", "--dry-run", "--no-slurm"])
+    assert dry.returncode == 0, dry.stderr
+    assert "would remove job 900" in dry.stdout and "job-902" in dry.stdout
+    assert "901" not in dry.stdout
+    assert (sandbox.local / "job-902").is_dir()  # dry run removed nothing
+    r = sandbox.run(["gc", "--no-slurm"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (sandbox.local / "job-900").exists() and not (sandbox.local / "job-902").exists()
+    assert not (sandbox.shm / "job-902").exists()
+    assert (sandbox.local / "job-901").is_dir()
+    assert sandbox.run(["run", "--job-id", "901", "--", "true"], user=alice).returncode == 0
+    teardown(sandbox, "901")
+    assert_clean(sandbox)
+
+
+def test_setup_failure_leaves_nothing(sandbox: Sandbox, users: list[OsUser]) -> None:
+    squat = sandbox.shm / "job-950"
+    squat.mkdir(mode=0o755)  # root's, not what jobns makes for alice
+    r = sandbox.run(["setup", "--job-id", "950", "--user", users[0].name])
+    assert r.returncode == 125 and "refuse" in r.stderr and r.stderr.count("\n") == 1
+    squat.rmdir()
+    assert_clean(sandbox)
+
+
+def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
+        sandbox: Sandbox, users: list[OsUser]) -> None:
+    setup(sandbox, "960", "--user", users[0].name)
+    # A file system mounted inside the job's tree on the host: teardown must not delete
+    # into it, so it fails (for real) until the administrator unmounts it.
+    inner = sandbox.local / "job-960/tmp/inner"
+    inner.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "inner", str(inner)], check=True)
+    (inner / "keep").write_text("other fs")
+    try:
+        r = sandbox.run(["teardown", "--job-id", "960"])
+        assert r.returncode == 125
+        assert "teardown-fail" in r.stderr and "mounted there" in r.stderr
+        assert (inner / "keep").read_text() == "other fs"
+        rec = json.loads((sandbox.state / "jobs/960/state.json").read_text())
+        assert rec["state"] == "teardown-fail" and rec["teardown_failures"] == 3
+    finally:
+        subprocess.run(["umount", str(inner)], check=True)
+    teardown(sandbox, "960")
+    assert_clean(sandbox)
+
+
+def test_run_of_a_job_set_up_for_someone_else_fails_cleanly(
+        sandbox: Sandbox, users: list[OsUser]) -> None:
+    setup(sandbox, "970", "--user", users[0].name)
+    r = sandbox.run(["run", "--job-id", "970", "--user", users[1].name, "--", "true"])
+    assert r.returncode == 125 and "set up for uid" in r.stderr
+    teardown(sandbox, "970")
+
+
+def test_setup_dry_run_touches_nothing(sandbox: Sandbox, users: list[OsUser]) -> None:
+    r = sandbox.run(["setup", "--job-id", "980", "--user", users[0].name, "--dry-run"])
+    assert r.returncode == 0 and "bind" in r.stdout
+    assert sandbox.leftovers() == [] and not Path(sandbox.state / "jobs").exists()
