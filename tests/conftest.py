@@ -159,6 +159,14 @@ def host_mounts() -> str:
         return f.read()
 
 
+def _scratch_targets() -> set[str]:
+    return {ln for ln in host_mounts().splitlines()
+            if ln.split()[4] in ("/tmp", "/var/tmp", "/dev/shm")}
+
+
+HOST_SCRATCH_MOUNTS = _scratch_targets()  # the node's own, before any test ran
+
+
 def job_mounts(box: Sandbox) -> list[str]:
     """Host mounts a job may have left: pins, binds, anything under the sandbox except
     the state directory's own self-bind (deliberate, like Slurm's BasePath)."""
@@ -167,7 +175,7 @@ def job_mounts(box: Sandbox) -> list[str]:
         target = line.split()[4]
         if target == str(box.state):
             continue
-        if target.startswith((str(box.root), str(box.shm))) or \
-                target in ("/tmp", "/var/tmp", "/dev/shm"):
+        if target.startswith((str(box.root), str(box.shm))) or (
+                target in ("/tmp", "/var/tmp", "/dev/shm") and line not in HOST_SCRATCH_MOUNTS):
             out.append(line)
     return out
