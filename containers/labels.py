@@ -27,7 +27,7 @@ def new_run_id() -> str:
     return secrets.token_hex(4)
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
@@ -48,7 +48,7 @@ def _start_time(pid: int) -> str | None:
 
 def owner_of(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
-    return f"{_boot_id()}:{pid}:{_start_time(pid) or 'gone'}"
+    return f"{boot_id()}:{pid}:{_start_time(pid) or 'gone'}"
 
 
 def owner_alive(owner: str | None) -> bool:
@@ -60,7 +60,7 @@ def owner_alive(owner: str | None) -> bool:
         pid = int(pid_s)
     except ValueError:
         return False  # not written by us: treat as a leftover
-    return boot == _boot_id() and _start_time(pid) == start
+    return boot == boot_id() and _start_time(pid) == start
 
 
 def for_run(run_id: str, role: str) -> dict[str, str]:

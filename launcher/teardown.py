@@ -67,23 +67,48 @@ def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
     return []
 
 
+def hold_namespace(pins: dict[str, object]) -> int | None:
+    """An fd on the job's mount namespace while teardown runs, or None if it is unpinned.
+
+    Namespace inode numbers are reused once a namespace is freed: holding it keeps
+    (dev, ino) meaning *this* job's namespace, so we never signal another job's tasks.
+    """
+    mnt, dev, ino = pins.get("mnt"), pins.get("mnt_dev"), pins.get("mnt_ino")
+    if not isinstance(mnt, str):
+        return None
+    try:
+        fd = os.open(mnt, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (dev, ino):
+        os.close(fd)  # the bare pin file: already unpinned by an earlier attempt
+        return None
+    return fd
+
+
 def teardown_once(record: dict[str, object]) -> list[str]:
     errors: list[str] = []
     pins = record["pins"]
     assert isinstance(pins, dict)
-    errors += unpin(pins)
-    dev, ino = pins.get("mnt_dev"), pins.get("mnt_ino")
-    kill_wait = float(str(record["kill_wait"]))
-    if isinstance(dev, int) and isinstance(ino, int):
-        errors += terminate_namespace(dev, ino, kill_wait)
-    trees = record["trees"]
-    assert isinstance(trees, list)
-    for t in trees:
-        tree = tree_from_record(t)
-        if tree.remove:
-            errors += fs.remove_recorded(tree)
-    if isinstance(dev, int) and isinstance(ino, int):
-        errors += terminate_namespace(dev, ino, 0.0)  # a task that joined during removal
+    held = hold_namespace(pins)
+    try:
+        errors += unpin(pins)
+        dev, ino = pins.get("mnt_dev"), pins.get("mnt_ino")
+        kill_wait = float(str(record["kill_wait"]))
+        if held is not None and isinstance(dev, int) and isinstance(ino, int):
+            errors += terminate_namespace(dev, ino, kill_wait)
+        trees = record["trees"]
+        assert isinstance(trees, list)
+        for t in trees:
+            tree = tree_from_record(t)
+            if tree.remove:
+                errors += fs.remove_recorded(tree)
+        if held is not None and isinstance(dev, int) and isinstance(ino, int):
+            errors += terminate_namespace(dev, ino, 0.0)  # a task that joined meanwhile
+    finally:
+        if held is not None:
+            os.close(held)
     return errors
 
 
