@@ -53,6 +53,9 @@ NET = Opt("--net", VALUE, "host (default) or none: a private network with only l
 DRY_RUN = Opt("--dry-run", FLAG, "print the plan (directories, mounts, environment); "
               "touch nothing")
 
+SCRIPT = Opt("--script", VALUE, "read #JOBNS directives from this batch script", "FILE")
+DIRECTIVES = Opt("--directives", VALUE, "directives like sbatch --bb, ';'-separated, e.g. "
+                 "'shared_tmpdir=per-node; no_rm_tmpdir'", "TEXT")
 FORCE = Opt("--force", FLAG, "after repeated failures, forget the job's record anyway")
 FORMAT = Opt("--format", VALUE, "sh (export lines, usable as a Slurm TaskProlog) or json",
              "sh|json")
@@ -73,10 +76,12 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
                  "namespace and the options given to setup apply."),
     Command("setup", "launcher.setup:main",
             "prolog (root): make the job's directories and one namespace for all its tasks",
-            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, DRY_RUN],
+            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, SCRIPT, DIRECTIVES, DRY_RUN],
             help="Creates the job's directories and a mount namespace (inside a user namespace "
                  "owned by the job user) that every later `jobns run` of the job joins, pinned "
-                 "under state_dir. Idempotent. Run as root, e.g. as Slurm's Prolog."),
+                 "under state_dir. Idempotent. Run as root, e.g. as Slurm's Prolog. Options "
+                 "may also come from #JOBNS directives (--script, --directives) and, under Slurm, from "
+                 "the job's comment: sbatch --comment 'jobns: shared_tmpdir=per-node'."),
     Command("teardown", "launcher.teardown:main",
             "epilog (root): end the job's processes, remove its directories and state",
             [JOB_ID, CONFIG, FORCE],

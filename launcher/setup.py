@@ -18,6 +18,7 @@ namespace holds no copies of other jobs' pins and never sees the state.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from launcher import config as config_mod
@@ -30,6 +31,7 @@ from launcher.run import Options, job_from, kill_wait_from, switch_user
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from launcher.config import Config
+    from launcher.directives import Directives
     from launcher.fs import TreeHandle
     from launcher.job import Job
 
@@ -184,10 +186,57 @@ def run_env_values(record: dict[str, object], config: Config) -> dict[str, str]:
     return values
 
 
+COMMENT_PREFIX = "jobns:"
+
+
+def gather_directives(opts: Options, environ: dict[str, str]) -> Directives | None:
+    """#JOBNS directives from --script, --directives and the Slurm job comment.
+
+    Under Slurm a user's own environment never reaches the prolog, but the job's
+    comment does (SLURM_JOB_COMMENT): `sbatch --comment "jobns: shared_tmpdir=per-node"`.
+    """
+    from launcher.directives import parse_directives, parse_script
+
+    found: list[Directives] = []
+    script = opts.get("script")
+    if script:
+        try:
+            with open(str(script), encoding="utf-8", errors="replace") as f:
+                found.append(parse_script(f.read()))
+        except OSError as e:
+            raise JobnsError(f"read batch script {script}: {e.strerror}") from None
+    if opts.get("directives"):
+        found.append(parse_directives(str(opts["directives"])))
+    comment = environ.get("SLURM_JOB_COMMENT", "")
+    if COMMENT_PREFIX in comment:
+        found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1]))
+    if not found:
+        return None
+    merged = found[0]
+    for d in found[1:]:  # later sources fill in what earlier ones left unset
+        merged.layout = merged.layout or d.layout
+        merged.no_rm_tmpdir = merged.no_rm_tmpdir or d.no_rm_tmpdir
+        merged.warnings += d.warnings
+    for w in merged.warnings:
+        sys.stderr.write(f"jobns: warning: {w}\n")
+    return merged
+
+
+def apply_directives(opts: Options, d: Directives | None) -> None:
+    """Flags given on the command line win over directives."""
+    if d is None:
+        return
+    if opts.get("use_shared_tmpdir") is None and d.layout in ("shared", "per-node"):
+        opts["use_shared_tmpdir"] = "" if d.layout == "shared" else "per-node"
+    if d.no_rm_tmpdir:
+        opts["no_rm_tmpdir"] = True
+
+
 def main(opts: Options, _command: list[str]) -> int:
     require_root("setup")
     environ = dict(os.environ)
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    apply_directives(opts, gather_directives(opts, environ))
     job = job_from(opts, environ)
     kill_wait = kill_wait_from(opts, config)
     plan = build(config, job)
