@@ -111,7 +111,8 @@ def architecture() -> str:
 
 
 def base_tag(mirror: str) -> str:
-    return f"{BASE}:{digest(RECIPE, SUITE, VARIANT, ','.join(sorted(PACKAGES)), mirror, architecture())}"
+    packages = ",".join(sorted(PACKAGES))
+    return f"{BASE}:{digest(RECIPE, SUITE, VARIANT, packages, mirror, architecture())}"
 
 
 def image_exists(client: Any, tag: str) -> bool:

@@ -81,7 +81,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
                  "owned by the job user) that every later `jobns run` of the job joins, pinned "
                  "under state_dir. Idempotent. Run as root, e.g. as Slurm's Prolog. Options "
                  "may also come from #JOBNS directives (--script, --directives) and, under "
-                 "Slurm, from the job's comment: sbatch --comment 'jobns: shared_tmpdir=per-node'."),
+                 "Slurm, from the job's comment: "
+                 "sbatch --comment 'jobns: shared_tmpdir=per-node'."),
     Command("teardown", "launcher.teardown:main",
             "epilog (root): end the job's processes, remove its directories and state",
             [JOB_ID, CONFIG, FORCE],

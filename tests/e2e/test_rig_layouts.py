@@ -25,6 +25,7 @@ from tests.e2e.rig.jobs import (
     WAIT_FOR,
     concurrently,
     describe,
+    in_background,
     new_job_id,
     run_job,
 )
@@ -41,12 +42,13 @@ else mine=$top/tmp theirs=$top/tmp; fi
 echo "$me" > "/tmp/from-$me"
 echo "$me" > "/var/tmp/var-from-$me"
 [ -e "$mine/from-$me" ] || { echo "$me: /tmp/from-$me is not at $mine" >&2; exit 2; }
-[ -e "${mine%/tmp}/var_tmp/var-from-$me" ] || { echo "$me: /var/tmp not at ${mine%/tmp}/var_tmp" >&2; exit 2; }
+vmine=${mine%/tmp}/var_tmp
+[ -e "$vmine/var-from-$me" ] || { echo "$me: /var/tmp is not at $vmine" >&2; exit 2; }
 owner=$(stat -c %u "/tmp/from-$me")
 [ "$owner" = "$uid" ] || { echo "$me: /tmp/from-$me owned by $owner, not $uid" >&2; exit 6; }
 touch "$sync/ready-$me"
 wait_for "$sync/ready-$other"          # both jobs run and have written their file
-[ -e "$theirs/from-$other" ] || { echo "$me: $theirs/from-$other missing on the volume" >&2; exit 4; }
+[ -e "$theirs/from-$other" ] || { echo "$me: no $theirs/from-$other on the volume" >&2; exit 4; }
 if [ "$layout" = per-node ]; then
   [ ! -e "/tmp/from-$other" ] || { echo "$me: LEAK: /tmp/from-$other visible" >&2; exit 5; }
 else
@@ -165,11 +167,11 @@ def test_local_layout_is_per_node_and_removed(rig: Rig, mode: str) -> None:
         finally:
             release_anyway()
 
-    r1, r2, _ = concurrently([
-        lambda: run_job(rig.node("node1"), job_id, mode, [], LOCAL_JOB, [sync]),
-        lambda: run_job(rig.node("node2"), job_id, mode, [], LOCAL_JOB, [sync]),
-        look,
-    ])
+    with in_background(look):
+        r1, r2 = concurrently([
+            lambda: run_job(rig.node("node1"), job_id, mode, [], LOCAL_JOB, [sync]),
+            lambda: run_job(rig.node("node2"), job_id, mode, [], LOCAL_JOB, [sync]),
+        ])
     assert r1.exit_code == 0 and r2.exit_code == 0, describe({"node1": r1, "node2": r2})
     for n in rig.nodes:
         for path in (f"/tmp/job-{job_id}", f"/dev/shm/job-{job_id}"):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import secrets
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 from containers.rig import ExecResult, Node
@@ -64,6 +65,15 @@ def concurrently(calls: Sequence[Callable[[], T]]) -> list[T]:
     with ThreadPoolExecutor(max_workers=len(calls)) as pool:
         futures = [pool.submit(c) for c in calls]
         return [f.result() for f in futures]
+
+
+@contextmanager
+def in_background(fn: Callable[[], object]) -> Iterator[None]:
+    """Run fn in a thread during the `with` body; re-raise its failure at the end."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(fn)
+        yield
+    future.result()
 
 
 def describe(results: dict[str, ExecResult]) -> str:
