@@ -104,14 +104,58 @@ def dependency_wheels(requirements: list[str]) -> Path:
     return final
 
 
+# PEP 517's build_wheel hook, called directly: ~0.3 s, against ~3 s for `pip wheel`
+# (which makes a fresh isolated build environment every time).
+BUILD_HOOK = """
+import importlib, sys
+name, _, attr = sys.argv[2].partition(":")
+backend = importlib.import_module(name)
+for part in filter(None, attr.split(".")):
+    backend = getattr(backend, part)
+print(backend.build_wheel(sys.argv[1]))
+"""
+
+
+def build_env(requires: list[str]) -> Path:
+    """A cached venv holding the project's build requirements (+ wheel, which
+    setuptools before 70.1 needs for bdist_wheel)."""
+    reqs = sorted({*requires, "wheel"})
+    key = hashlib.sha256("\n".join([interpreter_tag(), *reqs]).encode()).hexdigest()[:16]
+    final = cache_dir() / "buildenv" / key
+    if (final / ".complete").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    try:
+        for cmd in ([HOST_PYTHON, "-m", "venv", str(work)],
+                    [str(work / "bin/python"), "-m", "pip", "install", "-q",
+                     "--disable-pip-version-check", *reqs]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RigError(f"make the build environment ({' '.join(cmd)}): exit "
+                               f"{proc.returncode}\n{proc.stderr.strip()[-2000:]}")
+        (work / ".complete").write_text("\n".join(reqs) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        work.rename(final)  # only bin/python is used: a renamed venv still works for that
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
 def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
     """Build the jobns wheel from a copy of the sources into dest; return its path."""
     proj = project(repo)
     tool = proj.get("tool", {})
     st = tool.get("setuptools", {}) if isinstance(tool, dict) else {}
     packages = st.get("packages", []) if isinstance(st, dict) else []
+    bs = proj.get("build-system", {})
+    requires = [str(r) for r in bs.get("requires", [])] if isinstance(bs, dict) else []
+    backend = str(bs.get("build-backend", "setuptools.build_meta:__legacy__")
+                  ) if isinstance(bs, dict) else "setuptools.build_meta:__legacy__"
     if not packages:
         raise RigError(f"find packages in {repo / 'pyproject.toml'} [tool.setuptools]: none")
+    env = build_env(requires)
+    dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="jobns-src-") as src:
         for name in ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in"):
             if (repo / name).exists():
@@ -120,14 +164,15 @@ def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
             top = str(pkg).split(".")[0]
             if not (Path(src) / top).exists():
                 shutil.copytree(repo / top, Path(src) / top, ignore=COPY_IGNORE)
-        dest.mkdir(parents=True, exist_ok=True)
-        # build isolation fetches setuptools+wheel once into pip's cache: the project
-        # venv has no `wheel`, and setuptools 66 cannot build a wheel without it
-        _pip_wheel(["--no-deps", "-w", str(dest), src], "jobns")
-    found = sorted(dest.glob("jobns-*.whl"))
-    if len(found) != 1:
-        raise RigError(f"build jobns wheel: expected one jobns-*.whl in {dest}, found {found}")
-    return found[0]
+        cmd = [str(env / "bin/python"), "-c", BUILD_HOOK, str(dest), backend]
+        proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise RigError(f"build the jobns wheel with {backend}: exit {proc.returncode}\n{tail}")
+    wheel = dest / proc.stdout.strip().splitlines()[-1]
+    if not wheel.is_file():
+        raise RigError(f"build the jobns wheel: {backend} reported {wheel.name}, not in {dest}")
+    return wheel
 
 
 if __name__ == "__main__":  # a debugging aid: which wheels would go into the image

@@ -98,6 +98,30 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
     Command("gc", "launcher.gc:main",
             "remove what is left of jobs that no longer exist (root)",
             [CONFIG, GC_DRY, NO_SLURM]),
+    Command("hook", "hook.hook:main",
+            "OCI hook (root): the job's /tmp, /var/tmp and /dev/shm for a container",
+            [CONFIG], args="STAGE",
+            help="Run by runc, crun or Podman with the container's state on stdin. "
+                 "createRuntime (or prestart): makes the job's directories (or uses the ones "
+                 "jobns setup made) and binds them over the container's /tmp, /var/tmp and "
+                 "/dev/shm. poststop: releases the container's hold; the job's last user "
+                 "removes the directories. Without STAGE, the state's status decides "
+                 "(creating/created: createRuntime, stopped: poststop).\n"
+                 "The job comes from annotations org.jobns.job-id, org.jobns.user, "
+                 "org.jobns.shared-tmpdir, org.jobns.no-rm-tmpdir, else SLURM_JOB_ID/"
+                 "SLURM_JOB_USER in the container's environment, else the container id and "
+                 "its process user. Exit status 125 (aborting the container) on failure."),
+    Command("oci-config", "hook.oci_config:main",
+            "add the job's mounts, environment and hooks to an OCI bundle's config.json",
+            [JOB_ID, USER, SHARED, NO_RM, CONFIG,
+             Opt("--dry-run", FLAG, "print the new config.json; change nothing")],
+            args="BUNDLE",
+            help="Rewrites BUNDLE/config.json atomically: bind mounts of the job's directories "
+                 "at /tmp, /var/tmp and /dev/shm (rbind,nosuid,nodev), the job environment "
+                 "(TMPDIR, PMIx, RUNTIME_*) in process.env, the job's annotations, and, unless "
+                 "jobns setup prepared the job on this node, jobns hook createRuntime and "
+                 "poststop hooks that hold and finally remove the directories. Makes the "
+                 "directories. The job: the flags, else as for jobns hook."),
 ]}
 
 

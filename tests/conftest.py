@@ -98,6 +98,7 @@ class Sandbox:
 
     def run(self, args: Sequence[str], user: OsUser | None = None, timeout: float = 60,
             env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+        kw.setdefault("cwd", "/")  # the checkout may live under /tmp or /var/tmp
         result: subprocess.CompletedProcess[str] = subprocess.run(
             self.cmd(args), timeout=timeout, capture_output=True, text=True,
             env=self.env(user, env), **self.creds(user), **kw)
@@ -105,6 +106,7 @@ class Sandbox:
 
     def popen(self, args: Sequence[str], user: OsUser | None = None,
               env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+        kw.setdefault("cwd", "/")
         proc: subprocess.Popen[str] = subprocess.Popen(
             self.cmd(args), text=True, env=self.env(user, env), **self.creds(user), **kw)
         return proc
