@@ -1,0 +1,77 @@
+"""The rig's pure parts, without docker: mirror discovery, cache keys, labels, config."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import zipfile
+from pathlib import Path
+
+from containers import images, labels
+from containers.rig import as_user, toml
+from containers.wheels import wheel_digest
+
+
+def test_host_mirror_reads_deb822_sources(tmp_path: Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\n"
+        "Suites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://security.example/debian-security\n"
+        "Suites: bookworm-security\nComponents: main\n")
+    assert images.host_mirror(str(tmp_path)) == "http://mirror.example/debian"
+
+
+def test_host_mirror_reads_one_line_lists_and_falls_back(tmp_path: Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    assert images.host_mirror(str(tmp_path)) == images.DEFAULT_MIRROR
+    (tmp_path / "sources.list").write_text(
+        "deb [signed-by=/k.gpg] http://other.example/debian bookworm main\n")
+    assert images.host_mirror(str(tmp_path)) == "http://other.example/debian"
+
+
+def test_base_tag_depends_on_the_mirror_only_through_the_hash() -> None:
+    a, b = images.base_tag("http://a/debian"), images.base_tag("http://b/debian")
+    assert a != b and a.startswith(images.BASE + ":") and len(a.split(":")[1]) == 16
+    assert images.base_tag("http://a/debian") == a
+
+
+def test_wheel_digest_ignores_zip_timestamps(tmp_path: Path) -> None:
+    def make(path: Path, when: tuple[int, int, int, int, int, int], body: bytes) -> Path:
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(zipfile.ZipInfo("pkg/mod.py", date_time=when), body)
+        return path
+
+    one = make(tmp_path / "1.whl", (2020, 1, 1, 0, 0, 0), b"x = 1\n")
+    two = make(tmp_path / "2.whl", (2024, 6, 6, 6, 6, 6), b"x = 1\n")
+    three = make(tmp_path / "3.whl", (2020, 1, 1, 0, 0, 0), b"x = 2\n")
+    assert wheel_digest(one) == wheel_digest(two) != wheel_digest(three)
+
+
+def test_layer_dockerfiles_name_their_parent_and_install_offline() -> None:
+    deps = images.deps_dockerfile("jobns-rig-base:abc", ["pyroute2>=0.7"])
+    assert deps.startswith("FROM jobns-rig-base:abc\n")
+    assert "--no-index" in deps and "'pyroute2>=0.7'" in deps and "--uid 1001" in deps
+    node = images.node_dockerfile("jobns-rig-deps:def", "jobns-0.1.0-py3-none-any.whl")
+    assert node.startswith("FROM jobns-rig-deps:def\n") and "/usr/local/bin/jobns" in node
+
+
+def test_owner_labels_tell_live_from_dead() -> None:
+    assert labels.owner_alive(labels.owner_of())
+    assert not labels.owner_alive(f"{labels.boot_id()}:{2**22 + 1}:0")
+    assert not labels.owner_alive(f"another-boot:{os.getpid()}:0")
+    assert not labels.owner_alive("garbage")
+    assert not labels.owner_alive(None)
+
+
+def test_toml_quotes_strings_and_keeps_numbers() -> None:
+    config = {"shared_base": '/lustre/"x"', "kill_wait": 2.5, "n": 3, "b": True}
+    text = toml(config)
+    assert tomllib.loads(text) == config
+    assert text == 'shared_base = "/lustre/\\"x\\""\nkill_wait = 2.5\nn = 3\nb = true\n'
+
+
+def test_as_user_goes_through_su_for_others_only() -> None:
+    assert as_user("root", ["id", "-u"]) == ["id", "-u"]
+    assert as_user("alice", ["sh", "-c", "echo 'a b'"]) == [
+        "su", "alice", "-s", "/bin/sh", "-c", "sh -c 'echo '\"'\"'a b'\"'\"''"]
