@@ -60,6 +60,9 @@ def open_dir(dir_fd: int, name: str, path: str) -> int:
                                  "jobns made; remove it or use another job id") from None
             raise JobnsError(f"refuse {path}: it exists and is not a directory; remove it "
                              "or use another job id") from None
+        if e.errno != errno.ENOENT:  # ENOENT is the caller's to handle (create it)
+            raise JobnsError(f"open {path}: {e.strerror} (jobns needs root's usual "
+                             "privileges, or the job user's own directory)") from None
         raise
 
 
@@ -143,8 +146,12 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int) -
     except OSError as e:
         raise JobnsError(_create_failed(path, e)) from None
     fd = open_dir(parent_fd, name, path)
-    os.fchmod(fd, TOP_MODE)  # the umask may have narrowed it
-    _owner_fix(fd, uid, gid)
+    try:
+        os.fchmod(fd, TOP_MODE)  # the umask may have narrowed it
+        _owner_fix(fd, uid, gid)
+    except OSError as e:
+        os.close(fd)
+        raise JobnsError(_create_failed(path, e)) from None
     return fd
 
 

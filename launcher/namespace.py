@@ -102,8 +102,11 @@ def loopback_up() -> None:
         with IPRoute() as ipr:
             (idx,) = ipr.link_lookup(ifname="lo")
             ipr.link("set", index=idx, state="up")
-    except Exception as e:  # pyroute2 raises its own NetlinkError types
-        raise JobnsError(f"bring up lo in the job's network namespace: {e}") from None
+    except Exception as e:  # pyroute2 raises its own NetlinkError(code, message)
+        code = getattr(e, "code", None)
+        reason = os.strerror(code) if isinstance(code, int) else str(e)
+        raise JobnsError(f"bring up lo in the job's network namespace: {reason} "
+                         "(needs CAP_NET_ADMIN, or run jobns as the job user)") from None
 
 
 def join(user_pin: str | None, mnt_pin: str) -> None:
