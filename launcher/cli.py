@@ -57,6 +57,13 @@ SCRIPT = Opt("--script", VALUE, "read #JOBNS directives from this batch script",
 DIRECTIVES = Opt("--directives", VALUE, "directives like sbatch --bb, ';'-separated, e.g. "
                  "'shared_tmpdir=per-node; no_rm_tmpdir'", "TEXT")
 FORCE = Opt("--force", FLAG, "after repeated failures, forget the job's record anyway")
+HURRY = Opt("--hurry", FLAG, "skip the post-run program and stage-out, and remove scratch "
+            "without moving its content back (like scancel --hurry): what was not staged "
+            "out is lost")
+SESSION_DIR = Opt("--session-dir", VALUE, "the job's ARC session directory, "
+                  "<session root>/<arc-job-id>: moved into scratch before the job, back "
+                  "after it (default: [staging] session_dir)", "PATH")
+RECOVER_JOB = Opt("--job-id", VALUE, "only this job (default: every job on this node)", "ID")
 FORMAT = Opt("--format", VALUE, "sh (export lines, usable as a Slurm TaskProlog) or json",
              "sh|json")
 JSON = Opt("--json", FLAG, "machine-readable output")
@@ -76,20 +83,41 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
                  "namespace and the options given to setup apply."),
     Command("setup", "launcher.setup:main",
             "prolog (root): make the job's directories and one namespace for all its tasks",
-            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, SCRIPT, DIRECTIVES, DRY_RUN],
+            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, SCRIPT, DIRECTIVES, SESSION_DIR,
+             DRY_RUN],
             help="Creates the job's directories and a mount namespace (inside a user namespace "
                  "owned by the job user) that every later `jobns run` of the job joins, pinned "
                  "under state_dir. Idempotent. Run as root, e.g. as Slurm's Prolog. Options "
                  "may also come from #JOBNS directives (--script, --directives) and, under "
                  "Slurm, from the job's comment: "
-                 "sbatch --comment 'jobns: shared_tmpdir=per-node'."),
+                 "sbatch --comment 'jobns: shared_tmpdir=per-node'. Directives also set "
+                 "capacities (#JOBNS shm|tmp capacity=SIZE: a size-limited /dev/shm or "
+                 "/tmp) and staging (#JOBNS stage_in|stage_out source=... destination=...); "
+                 "only setup applies them, a standalone `jobns run` never does.\n"
+                 "States: pending, staging-in (directories, capacities, stage-in), staged-in, "
+                 "pre-run ([lifecycle] pre_run), running. A failing stage-in or pre-run tears "
+                 "the job down (inputs back in the session directory) and exits 125."),
     Command("teardown", "launcher.teardown:main",
-            "epilog (root): end the job's processes, remove its directories and state",
-            [JOB_ID, CONFIG, FORCE],
-            help="Unpins the job's namespace, terminates what still runs in it (SIGCONT+SIGTERM, "
-                 "kill_wait, SIGKILL), removes its directories (keeping shared ones under "
-                 "--no-rm-tmpdir) and its state. Safe to run twice. Tried 3 times; then the job "
-                 "is kept as teardown-fail and the exit status is 125."),
+            "epilog (root): end the job's processes, stage out, remove its directories",
+            [JOB_ID, CONFIG, FORCE, HURRY],
+            help="States: post-run (no task may join; terminates what still runs in the job: "
+                 "SIGCONT+SIGTERM, kill_wait, SIGKILL; [lifecycle] post_run), staging-out "
+                 "(stage_out copies; scratch back to the session directory), teardown "
+                 "(unpins, unmounts capacities, removes the directories, keeping shared ones "
+                 "under --no-rm-tmpdir, and the state), complete. A failing stage-out keeps "
+                 "the job in staging-out with every output whole in scratch or the session "
+                 "directory (exit 125): run teardown again to resume. Safe to run twice. "
+                 "The teardown state is tried 3 times; then the job is kept as teardown-fail "
+                 "and the exit status is 125."),
+    Command("recover", "launcher.lifecycle:recover_main",
+            "after a crash or restart: finish what was interrupted, by state (root)",
+            [RECOVER_JOB, CONFIG],
+            help="For every job on this node whose lock nobody holds (or --job-id), acts by "
+                 "its recorded state as Slurm does after a slurmctld restart (seed 003): "
+                 "pending/staging-in/staged-in: teardown (inputs back), then set up again; "
+                 "pre-run: pre-run again; running: nothing; post-run/staging-out: post-run "
+                 "again, then stage-out and teardown; teardown/teardown-fail: teardown again; "
+                 "complete: forget. Exit 125 if any job could not be recovered."),
     Command("env", "launcher.report:env_main", "print the job environment (TMPDIR, PMIx, ARC)",
             [JOB_ID, USER, SHARED, CONFIG, FORMAT]),
     Command("status", "launcher.report:status_main",

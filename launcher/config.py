@@ -39,9 +39,50 @@ class ArcConfig:
         self.shared_scratch = shared_scratch
 
 
+class StagingConfig:
+    """[staging]: how setup finds an ARC job's session directory and which host
+    directories #JOBNS stage_in/stage_out may read from or write to (README "Staging")."""
+
+    __slots__ = ("dynamic_scratch", "session_dir", "session_roots", "stage_roots", "stdio",
+                 "timeout")
+
+    def __init__(self, raw: dict[str, object]) -> None:
+        self.session_roots = [str(r) for r in _list(raw.get("session_roots"))]
+        self.session_dir = str(raw.get("session_dir", ""))
+        self.dynamic_scratch = bool(raw.get("dynamic_scratch", False))
+        stdio = raw.get("stdio")
+        self.stdio = [str(n) for n in _list(stdio)] if stdio is not None else \
+            ["stdout", "stderr"]
+        self.stage_roots = [str(r) for r in _list(raw.get("stage_roots"))]
+        timeout = raw.get("timeout", 0)
+        self.timeout = float(timeout) if isinstance(timeout, (int, float)) else 0.0
+
+
+class LifecycleConfig:
+    """[lifecycle]: the pre-run and post-run programs (like job_container's InitScript and
+    the burst buffer's pre_run/post_run), run as root without a shell."""
+
+    __slots__ = ("post_run", "pre_run", "program_timeout")
+
+    def __init__(self, raw: dict[str, object]) -> None:
+        self.pre_run = str(raw.get("pre_run", ""))
+        self.post_run = str(raw.get("post_run", ""))
+        timeout = raw.get("program_timeout", 300)
+        self.program_timeout = float(timeout) if isinstance(timeout, (int, float)) else 300.0
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _section(raw: dict[str, object], name: str) -> dict[str, object]:
+    value = raw.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 class Config:
-    __slots__ = ("arc", "kill_wait", "local_base", "raw", "shared_base", "shm_base", "source",
-                 "state_dir")
+    __slots__ = ("arc", "capacity", "directive_word", "kill_wait", "lifecycle", "local_base",
+                 "raw", "shared_base", "shm_base", "source", "staging", "state_dir")
 
     def __init__(self, raw: dict[str, object], source: str | None) -> None:
         merged = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
@@ -63,6 +104,12 @@ class Config:
                 movetool=str(arc.get("movetool", "")),
                 shared_scratch=str(arc.get("shared_scratch", "")),
             )
+        # Sizes stay strings/ints here: parsing them needs launcher.directives, which the
+        # task-launch path must not import; setup parses them (launcher.capacity).
+        self.capacity = _section(raw, "capacity")
+        self.directive_word = str(_section(raw, "directives").get("word", "JOBNS"))
+        self.staging = StagingConfig(_section(raw, "staging"))
+        self.lifecycle = LifecycleConfig(_section(raw, "lifecycle"))
 
 
 def config_path(flag: str | None, environ: dict[str, str]) -> tuple[str | None, bool]:
@@ -105,6 +152,55 @@ def check(doc: dict[str, object], source: str) -> None:
             and not arc.get("scratchdir"):
         raise JobnsError(f"read config {source}: [arc] shared_filesystem = false needs "
                          "scratchdir: jobs cannot find their files otherwise (seed 001)")
+    _check_staging(doc, source)
+
+
+def _check_staging(doc: dict[str, object], source: str) -> None:
+    """What the schema cannot say about [arc], [staging] and [lifecycle]."""
+    arc = _section(doc, "arc")
+    staging = _section(doc, "staging")
+    paths = [("arc", "scratchdir", arc.get("scratchdir"))]
+    paths += [("staging", key, p) for key in ("session_roots", "stage_roots")
+              for p in _list(staging.get(key))]
+    for section, key, value in paths:
+        if isinstance(value, str) and value and not _is_clean_abspath(value):
+            raise JobnsError(f"read config {source}: [{section}] {key}: {value!r} must be an "
+                             "absolute, normalised path (no '..', '.', '//' or trailing '/')")
+    for name in _list(staging.get("stdio")):
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+            raise JobnsError(f"read config {source}: [staging] stdio: {name!r} must be a "
+                             "file name in the session directory (no '/')")
+    scratchdir = str(arc.get("scratchdir", ""))
+    if staging.get("session_dir"):
+        if not scratchdir:
+            raise JobnsError(f"read config {source}: [staging] session_dir needs [arc] "
+                             "scratchdir: the job's files are moved there (seed 001)")
+        if not staging.get("session_roots"):
+            raise JobnsError(f"read config {source}: [staging] session_dir needs "
+                             "session_roots (the sessiondir roots of arc.conf)")
+        for private in ("/tmp", "/var/tmp", "/dev/shm"):
+            if scratchdir == private or scratchdir.startswith(private + "/"):
+                raise JobnsError(f"read config {source}: [arc] scratchdir = {scratchdir!r} "
+                                 f"is under {private}, which every job sees as its own "
+                                 "private directory; pick a directory outside it")
+    commands = [("arc", "movetool", arc.get("movetool"), False)]
+    lifecycle = _section(doc, "lifecycle")
+    commands += [("lifecycle", k, lifecycle.get(k), True) for k in ("pre_run", "post_run")]
+    for section, key, value, absolute in commands:
+        if not isinstance(value, str) or not value:
+            continue
+        import shlex
+
+        try:
+            argv = shlex.split(value)
+        except ValueError as e:
+            raise JobnsError(f"read config {source}: [{section}] {key} = {value!r}: {e} "
+                             "(it is split like a shell would, but never run by one)") from None
+        if not argv:
+            raise JobnsError(f"read config {source}: [{section}] {key} is blank")
+        if absolute and not argv[0].startswith("/"):
+            raise JobnsError(f"read config {source}: [{section}] {key} = {value!r}: root runs "
+                             "it, so give the program as an absolute path")
 
 
 def _is_clean_abspath(p: str) -> bool:

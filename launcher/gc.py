@@ -3,6 +3,9 @@
 Which jobs are dead: with Slurm reachable, every recorded job Slurm does not list
 as pending/running/completing; without it, the recorded state decides (a setup or
 teardown that was interrupted, i.e. its record says so and nobody holds its lock).
+A dead job gets the rest of its epilog by state (launcher.lifecycle.finish: outputs
+are staged out before anything is removed); a job Slurm still runs whose setup or
+epilog was interrupted is recovered by state like `jobns recover` does.
 Also swept: job trees in the bases with no record and no running task (a node
 crash or reboot loses /run), and temporary trees older than an hour.
 """
@@ -16,10 +19,10 @@ import time
 from launcher import config as config_mod
 from launcher import fs, state
 from launcher.errors import JobnsError
+from launcher.lifecycle import finish, recover_one
 from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree
 from launcher.run import Options
 from launcher.setup import require_root, tree_from_record
-from launcher.teardown import teardown_locked
 
 ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                 "REQUEUED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
@@ -47,8 +50,10 @@ def slurm_alive_jobs() -> set[str] | None:
 def dead_by_record(state_dir: str, job_id: str, record: dict[str, object]) -> bool:
     if record["state"] in ("teardown", "teardown-fail", "complete"):
         return True
-    if record["state"] in ("pending", "pre-run"):
-        # Interrupted setup: a live one holds the job lock.
+    if record["state"] in ("pending", "staging-in", "staged-in", "pre-run", "post-run",
+                           "staging-out"):
+        # An interrupted setup or epilog (or a stage-out kept after a failure): a live one
+        # holds the job lock.
         try:
             with state.JobLock(state_dir, job_id, blocking=False):
                 return True
@@ -65,6 +70,28 @@ def dead_by_record(state_dir: str, job_id: str, record: dict[str, object]) -> bo
         # An unmounted pin is the empty file itself, not the namespace.
         return (st.st_dev, st.st_ino) != (pins.get("mnt_dev"), pins.get("mnt_ino"))
     return False
+
+
+def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
+    """A job Slurm still runs whose setup or epilog was interrupted (nobody holds its
+    lock): act by state, as `jobns recover` does. Returns the number of problems."""
+    try:
+        with state.JobLock(config.state_dir, job_id, blocking=False) as lock:
+            record = state.read_record(config.state_dir, job_id)
+            if record is None or record["state"] == "running":
+                return 0
+            print(f"{'would recover' if dry else 'recovering'} job {job_id} (alive in Slurm, "
+                  f"interrupted in state {record['state']})")
+            if not dry:
+                print(f"job {job_id}: {recover_one(config, job_id, record)}")
+                if not state.is_set_up(config.state_dir, job_id):
+                    lock.release_and_remove()
+    except JobnsError as e:
+        if "is held by another jobns" in str(e):
+            return 0  # being set up or torn down right now
+        print(f"jobns gc: job {job_id}: {e}")
+        return 1
+    return 0
 
 
 def unrecorded_trees(config: config_mod.Config, recorded: set[str]) -> list[Tree]:
@@ -148,6 +175,8 @@ def main(opts: Options, _command: list[str]) -> int:
         dead = job_id not in alive if alive is not None else \
             dead_by_record(config.state_dir, job_id, record)
         if not dead:
+            if alive is not None and record["state"] != "running":
+                problems += recover_live(config, job_id, dry)
             continue
         why = "not alive in Slurm" if alive is not None else f"recorded state {record['state']}"
         print(f"{'would remove' if dry else 'removing'} job {job_id} ({why})")
@@ -157,7 +186,8 @@ def main(opts: Options, _command: list[str]) -> int:
             with state.JobLock(config.state_dir, job_id, blocking=False) as lock:
                 fresh = state.read_record(config.state_dir, job_id)
                 if fresh is not None:
-                    teardown_locked(config.state_dir, job_id, fresh, force=True)
+                    # The whole epilog, by state: outputs are staged out before removal.
+                    finish(config, job_id, fresh, force=True)
                 lock.release_and_remove()
         except JobnsError as e:
             print(f"jobns gc: job {job_id}: {e}")

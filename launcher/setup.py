@@ -13,6 +13,12 @@ the pins and joins. A job run by root gets a plain mount namespace.
 Before that child creates the user namespace it first enters a root-owned
 scratch mount namespace and detaches the state directory there, so the job's
 namespace holds no copies of other jobs' pins and never sees the state.
+
+Setup runs through seed 003's states (launcher.lifecycle): pending, staging-in (the
+directories, their capacity tmpfs, stage_in copies, the ARC session directory moved
+into scratch), staged-in, pre-run (the pins above, [lifecycle] pre_run), running.
+This module gathers the request (options, #JOBNS directives, capacities, staging)
+and keeps the namespace mechanics; lifecycle drives the states.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from launcher.run import Options, job_from, kill_wait_from, switch_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from launcher.capacity import Capacities
     from launcher.config import Config
     from launcher.directives import Directives
     from launcher.fs import TreeHandle
     from launcher.job import Job
+    from launcher.staging import Staging
 
 
 def require_root(what: str) -> None:
@@ -42,9 +50,11 @@ def require_root(what: str) -> None:
                          f"{'Prolog' if what == 'setup' else 'Epilog'} or an admin command)")
 
 
-def tree_record(t: Tree) -> dict[str, object]:
+def tree_record(t: Tree, capacity: int | None = None) -> dict[str, object]:
+    # "made": this setup created it (a failed setup removes only what it made).
     return {"role": t.role, "base": t.base, "parents": list(t.parents), "name": t.name,
-            "children": list(t.children), "remove": t.remove}
+            "children": list(t.children), "remove": t.remove, "capacity": capacity,
+            "made": False}
 
 
 def tree_from_record(r: dict[str, object]) -> Tree:
@@ -54,34 +64,36 @@ def tree_from_record(r: dict[str, object]) -> Tree:
                 bool(r["remove"]))
 
 
-def options_of(job: Job) -> dict[str, object]:
+def options_of(job: Job, caps: Capacities | None = None,
+               staging: Staging | None = None) -> dict[str, object]:
     """What must match for a repeated setup to be the same setup."""
-    return {"user": job.user.uid, "layout": job.layout, "no_rm_tmpdir": job.no_rm}
+    return {"user": job.user.uid, "layout": job.layout, "no_rm_tmpdir": job.no_rm,
+            "capacities": caps.record() if caps is not None else {"shm": None, "tmp": None},
+            "session_dir": staging.session_dir if staging is not None else None}
 
 
-def new_record(job: Job, plan: Plan, kill_wait: float, config: Config) -> dict[str, object]:
+def new_record(job: Job, plan: Plan, kill_wait: float, config: Config,
+               caps: Capacities | None = None,
+               staging: Staging | None = None) -> dict[str, object]:
     now = time.time()
     arc = config.raw.get("arc")
     return {
         "version": 1, "job_id": job.job_id,
         "user": {"name": job.user.name, "uid": job.user.uid, "gid": job.user.gid},
         "hostname": job.hostname, "layout": job.layout, "no_rm_tmpdir": job.no_rm,
-        "state": "pre-run", "created": now, "updated": now,
-        "trees": [tree_record(t) for t in plan.trees],
+        "state": "pending", "created": now, "updated": now,
+        "trees": [tree_record(t, caps.for_tree(t.role) if caps is not None else None)
+                  for t in plan.trees],
         "pins": {"user": None, "mnt": None, "mnt_dev": None, "mnt_ino": None},
         "kill_wait": kill_wait, "arc": arc if isinstance(arc, dict) else None,
-        "teardown_failures": 0, "errors": [], "history": [{"state": "pre-run", "at": now}],
-        "options": options_of(job),
+        "teardown_failures": 0, "errors": [], "history": [{"state": "pending", "at": now}],
+        "options": options_of(job, caps, staging), "ran": False,
+        "capacities": caps.record() if caps is not None else {"shm": None, "tmp": None},
+        "staging": staging.record() if staging is not None else None,
     }
 
 
-def set_state(record: dict[str, object], new: str) -> None:
-    now = time.time()
-    record["state"] = new
-    record["updated"] = now
-    history = record["history"]
-    assert isinstance(history, list)
-    history.append({"state": new, "at": now})
+set_state = state.set_state  # kept here for callers of the first version
 
 
 def _make_pin(path: str) -> None:
@@ -180,8 +192,13 @@ def run_env_values(record: dict[str, object], config: Config) -> dict[str, str]:
     # The job environment as setup saw the config: later runs use exactly this.
     arc = config.arc
     if arc is not None:
+        scratchdir = arc.scratchdir
+        staging = record.get("staging")
+        if isinstance(staging, dict) and staging.get("runtime_scratchdir"):
+            # Dynamic scratch: ARC's wrapper appends <arc-job-id> to this (seed 001).
+            scratchdir = str(staging["runtime_scratchdir"])
         values.update({"arc.shared_filesystem": "1" if arc.shared_filesystem else "",
-                       "arc.scratchdir": arc.scratchdir, "arc.movetool": arc.movetool,
+                       "arc.scratchdir": scratchdir, "arc.movetool": arc.movetool,
                        "arc.shared_scratch": arc.shared_scratch})
     return values
 
@@ -189,33 +206,44 @@ def run_env_values(record: dict[str, object], config: Config) -> dict[str, str]:
 COMMENT_PREFIX = "jobns:"
 
 
-def gather_directives(opts: Options, environ: dict[str, str]) -> Directives | None:
+def gather_directives(opts: Options, environ: dict[str, str],
+                      config: Config | None = None) -> Directives | None:
     """#JOBNS directives from --script, --directives and the Slurm job comment.
 
     Under Slurm a user's own environment never reaches the prolog, but the job's
     comment does (SLURM_JOB_COMMENT): `sbatch --comment "jobns: shared_tmpdir=per-node"`.
+    The directive word ([directives] word) and the capacity granularity ([capacity]
+    granularity) come from the config.
     """
+    from launcher.capacity import granularity
     from launcher.directives import parse_directives, parse_script
 
+    word = config.directive_word if config is not None else "JOBNS"
+    gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
     script = opts.get("script")
     if script:
         try:
             with open(str(script), encoding="utf-8", errors="replace") as f:
-                found.append(parse_script(f.read()))
+                text = f.read()
         except OSError as e:
             raise JobnsError(f"read batch script {script}: {e.strerror}") from None
+        found.append(parse_script(text, word, gran))
     if opts.get("directives"):
-        found.append(parse_directives(str(opts["directives"])))
+        found.append(parse_directives(str(opts["directives"]), word, gran))
     comment = environ.get("SLURM_JOB_COMMENT", "")
     if COMMENT_PREFIX in comment:
-        found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1]))
+        found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1], word, gran))
     if not found:
         return None
     merged = found[0]
     for d in found[1:]:  # later sources fill in what earlier ones left unset
         merged.layout = merged.layout or d.layout
         merged.no_rm_tmpdir = merged.no_rm_tmpdir or d.no_rm_tmpdir
+        merged.shm_capacity = merged.shm_capacity or d.shm_capacity
+        merged.tmp_capacity = merged.tmp_capacity or d.tmp_capacity
+        merged.stage_in += d.stage_in
+        merged.stage_out += d.stage_out
         merged.warnings += d.warnings
     for w in merged.warnings:
         sys.stderr.write(f"jobns: warning: {w}\n")
@@ -233,62 +261,51 @@ def apply_directives(opts: Options, d: Directives | None) -> None:
 
 
 def main(opts: Options, _command: list[str]) -> int:
+    from launcher import capacity, lifecycle, staging
+
     require_root("setup")
     environ = dict(os.environ)
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
-    apply_directives(opts, gather_directives(opts, environ))
+    directives = gather_directives(opts, environ, config)
+    apply_directives(opts, directives)
     job = job_from(opts, environ)
     kill_wait = kill_wait_from(opts, config)
     plan = build(config, job)
+    caps = capacity.plan(config, directives, job.layout)
+    session_flag = str(opts["session_dir"]) if opts.get("session_dir") else None
+    stg, notes = staging.build(config, job, plan, directives, session_flag,
+                               staging.symbols_for(job, environ))
+    for note in notes:
+        sys.stderr.write(f"jobns: setup {job.job_id}: {note}\n")
     if opts.get("dry_run"):
-        print(plan.describe())
+        lines = [plan.describe(), *caps.describe()]
+        lines += stg.describe() if stg is not None else []
+        print("\n".join(lines))
         return 0
     state.ensure_state_dir(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
         old = state.read_record(config.state_dir, job.job_id)
         if old is not None:
-            if old.get("options") != options_of(job):
+            if old.get("options") != options_of(job, caps, stg):
                 raise JobnsError(f"setup job {job.job_id}: it is already set up on this node "
                                  f"with other options ({old.get('options')}); run jobns "
                                  "teardown first")
             if old["state"] == "running":
                 return 0  # idempotent: the prolog ran twice
-            from launcher.teardown import teardown_locked
-
-            teardown_locked(config.state_dir, job.job_id, old, force=True)
+            # An interrupted setup or epilog of the same job: finish it (nothing is lost:
+            # staged-in inputs go back first), then set up anew.
+            lifecycle.finish(config, job.job_id, old, force=True)
         try:
-            setup_locked(config, job, plan, kill_wait)
+            lifecycle.start(config, job, plan, kill_wait, caps, stg)
         except BaseException:
-            lock.release_and_remove()  # nothing of the job is left: neither is its lock
+            if not state.is_set_up(config.state_dir, job.job_id):
+                lock.release_and_remove()  # nothing of the job is left: neither is its lock
             raise
     return 0
 
 
 def setup_locked(config: Config, job: Job, plan: Plan, kill_wait: float) -> dict[str, object]:
-    """Create everything for the job; on any failure undo what this call made."""
-    record = new_record(job, plan, kill_wait, config)
-    state.write_record(config.state_dir, job.job_id, record)
-    uid, gid = plan.owner
-    handles: list[TreeHandle] = []
-    pins: dict[str, object] = {}
-    try:
-        # Shared-locked while we work: a standalone `jobns run` of this job finishing now
-        # cannot remove them under us (it sees our record once it wins the lock).
-        for tree in plan.trees:
-            handles.append(fs.acquire_tree(tree, uid, gid))
-        pins = pin_namespaces(plan, handles, job, config.state_dir)
-        record["pins"] = pins
-        state.write_run_env(config.state_dir, job.job_id, run_env_values(record, config))
-        set_state(record, "running")
-        state.write_record(config.state_dir, job.job_id, record)
-        return record
-    except BaseException:
-        unpin(pins)
-        for h in handles:
-            if h.created:
-                fs.remove_tree(h)
-        state.remove_job_dir(config.state_dir, job.job_id)
-        raise
-    finally:
-        for h in handles:
-            h.close()
+    """Set a job up without directives (the first version's entry point)."""
+    from launcher import lifecycle
+
+    return lifecycle.start(config, job, plan, kill_wait, None, None)

@@ -10,6 +10,10 @@
 
 Every write is atomic (temporary file, fsync, rename), so a crash leaves the old
 record or the new one, never half of one.
+
+While the job is not running (set up, or ending) run.env says so (``closed=<state>``)
+and no task may join: a task must neither see a half-staged job nor write into scratch
+while its outputs are staged out.
 """
 
 from __future__ import annotations
@@ -152,6 +156,44 @@ def write_record(state_dir: str, job_id: str, record: dict[str, object]) -> None
     write_atomic(f"{d}/{STATE}", json.dumps(record, indent=2, sort_keys=True).encode() + b"\n")
 
 
+STATES = ("pending", "staging-in", "staged-in", "pre-run", "running", "post-run",
+          "staging-out", "teardown", "teardown-fail", "complete")
+PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
+
+
+def set_state(record: dict[str, object], new: str) -> None:
+    import time
+
+    assert new in STATES, new
+    now = time.time()
+    record["state"] = new
+    record["updated"] = now
+    history = record["history"]
+    assert isinstance(history, list)
+    history.append({"state": new, "at": now})
+
+
+def enter(state_dir: str, job_id: str, record: dict[str, object], new: str) -> None:
+    """Move the job to a new state and persist it before any of that state's work."""
+    set_state(record, new)
+    write_record(state_dir, job_id, record)
+    pause_point(new)
+
+
+def pause_point(point: str) -> None:
+    """Test hook (README "Test hooks"): with JOBNS_TEST_PAUSE_IN=<point> jobns stops
+    itself (SIGSTOP) there, so a test can SIGKILL it in exactly that state."""
+    if os.environ.get(PAUSE_VAR) == point:
+        from launcher.fastimport import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def close_run_env(state_dir: str, job_id: str, why: str) -> None:
+    """No task may join the job from now on (see the module docstring)."""
+    write_run_env(state_dir, job_id, {"closed": why})
+
+
 def write_run_env(state_dir: str, job_id: str, values: dict[str, str]) -> None:
     for k, v in values.items():
         if "\n" in k or "=" in k or "\n" in v:
@@ -182,6 +224,12 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
     if values.get("version") != RUN_ENV_VERSION:
         raise JobnsError(f"read {path}: unknown version {values.get('version')!r}; was the job "
                          "set up by another jobns version? (jobns teardown, then setup)")
+    closed = values.get("closed")
+    if closed is not None:
+        when = "is ending" if closed in ("post-run", "staging-out", "teardown") else \
+            "is still being set up"
+        raise JobnsError(f"join job {job_id}: it {when} on this node (state {closed}); no "
+                         "task may join it now (see jobns status)")
     return values
 
 

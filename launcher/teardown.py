@@ -1,6 +1,9 @@
 """`jobns teardown` (the epilog): end what still runs in the job, drop the pins, remove the
 directories and the state. Safe to run twice, after a crash, or on a half-set-up job.
 
+The epilog as a whole is launcher.lifecycle.finish (post-run, staging-out, then this
+module's teardown state). What follows is the teardown state itself.
+
 Order matters: unpin first (no new task can join), then terminate every process
 in the job's mount namespace (seed 004: SIGCONT+SIGTERM, kill_wait, SIGKILL, wait
 for all), then remove the trees, then look once more for stragglers. A failing
@@ -21,8 +24,12 @@ from launcher.errors import JobnsError
 from launcher.fastimport import signal
 from launcher.job import job_id_from
 from launcher.run import Options
-from launcher.setup import require_root, set_state, tree_from_record, unpin
+from launcher.setup import require_root, tree_from_record, unpin
 from launcher.supervise import signal_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ATTEMPTS = 3
 RETRY_PAUSE = 1.0
@@ -87,10 +94,22 @@ def hold_namespace(pins: dict[str, object]) -> int | None:
     return fd
 
 
-def teardown_once(record: dict[str, object]) -> list[str]:
+def removable(t: Mapping[str, object], record: Mapping[str, object]) -> bool:
+    """A recorded tree teardown removes: a job that ran owns all its trees; a setup that
+    failed or crashed owns only what it made (never a directory it found in place)."""
+    return bool(t.get("remove")) and (record.get("ran", True) is True or t.get("made", True)
+                                      is True)
+
+
+def teardown_once(record: dict[str, object], unstage: bool = True) -> list[str]:
+    from launcher import sizelimit
+    from launcher.lifecycle import unstage_session
+    from launcher.staging import Staging
+
     errors: list[str] = []
     pins = record["pins"]
     assert isinstance(pins, dict)
+    job_id = str(record["job_id"])
     held = hold_namespace(pins)
     try:
         errors += unpin(pins)
@@ -98,12 +117,30 @@ def teardown_once(record: dict[str, object]) -> list[str]:
         kill_wait = float(str(record["kill_wait"]))
         if held is not None and isinstance(dev, int) and isinstance(ino, int):
             errors += terminate_namespace(dev, ino, kill_wait)
+        staging = Staging.from_record(record.get("staging"))
+        scratch = staging.scratch_tree if staging is not None else None
+        keep_scratch = False
+        if unstage and staging is not None and scratch is not None:
+            # Seed 001: scratch is removed only once its content is back in the session
+            # directory. After a successful stage-out it is empty; after a failed or
+            # interrupted setup it holds the job's inputs, which go back where they were.
+            problems = unstage_session(record, staging)
+            errors += problems
+            keep_scratch = bool(problems)
         trees = record["trees"]
         assert isinstance(trees, list)
         for t in trees:
             tree = tree_from_record(t)
-            if tree.remove:
+            if isinstance(t.get("capacity"), int):
+                # Unmount first: removal never crosses into another file system.
+                errors += sizelimit.unmount(tree, job_id)
+            if removable(t, record):
                 errors += fs.remove_recorded(tree)
+        st = record.get("staging")
+        scratch_rec = st.get("scratch_tree") if isinstance(st, dict) else None
+        if scratch is not None and isinstance(scratch_rec, dict) and not keep_scratch \
+                and removable(scratch_rec, record):
+            errors += fs.remove_recorded(scratch)
         if held is not None and isinstance(dev, int) and isinstance(ino, int):
             errors += terminate_namespace(dev, ino, 0.0)  # a task that joined meanwhile
     finally:
@@ -113,14 +150,16 @@ def teardown_once(record: dict[str, object]) -> list[str]:
 
 
 def teardown_locked(state_dir: str, job_id: str, record: dict[str, object],
-                    force: bool = False) -> None:
+                    force: bool = False, hurry: bool = False) -> None:
+    """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
+    hurry: remove scratch without moving its content back (like scancel --hurry)."""
     if record["state"] not in ("teardown", "teardown-fail"):
-        set_state(record, "teardown")
-        state.write_record(state_dir, job_id, record)
+        state.enter(state_dir, job_id, record, "teardown")
     errors: list[str] = []
     for attempt in range(ATTEMPTS):
-        errors = teardown_once(record)
+        errors = teardown_once(record, unstage=not hurry)
         if not errors:
+            state.enter(state_dir, job_id, record, "complete")
             errors = state.remove_job_dir(state_dir, job_id)
             if not errors:
                 return
@@ -131,8 +170,7 @@ def teardown_locked(state_dir: str, job_id: str, record: dict[str, object],
         state.write_record(state_dir, job_id, record)
         if attempt + 1 < ATTEMPTS:
             time.sleep(RETRY_PAUSE)
-    set_state(record, "teardown-fail")
-    state.write_record(state_dir, job_id, record)
+    state.enter(state_dir, job_id, record, "teardown-fail")
     for err in errors:
         sys.stderr.write(f"jobns: teardown {job_id}: {err}\n")
     if force:
@@ -162,7 +200,10 @@ def main(opts: Options, _command: list[str]) -> int:
         if record is None:
             lock.release_and_remove()
             return 0  # not set up on this node (or already torn down): nothing to do
-        teardown_locked(config.state_dir, job_id, record, force=bool(opts.get("force")))
+        from launcher.lifecycle import finish
+
+        finish(config, job_id, record, force=bool(opts.get("force")),
+               hurry=bool(opts.get("hurry")))
         lock.release_and_remove()
         return 0
     finally:

@@ -42,6 +42,9 @@ def _type_ok(value: object, name: str) -> bool:
     # bool is an int subclass in Python but not an integer in JSON Schema.
     if isinstance(value, bool) and name in ("integer", "number"):
         return False
+    # ...and 1.0 is one (JSON Schema 2020-12: an integer is a number without a fraction).
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
     return isinstance(value, _TYPES[name])
 
 

@@ -14,11 +14,165 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                               'shared_scratch': {'maxLength': 4096,
                                                                                  'type': 'string'}},
                                                'type': 'object'},
+                                       'capacity': {'additionalProperties': False,
+                                                    'description': 'Size-limited /dev/shm and /tmp '
+                                                                   "(README 'Capacities').",
+                                                    'properties': {'granularity': {'description': 'Requests '
+                                                                                                  'are '
+                                                                                                  'rounded '
+                                                                                                  'up '
+                                                                                                  'to '
+                                                                                                  'a '
+                                                                                                  'multiple '
+                                                                                                  'of '
+                                                                                                  'this '
+                                                                                                  '(seed '
+                                                                                                  '003 '
+                                                                                                  'pool '
+                                                                                                  'granularity); '
+                                                                                                  'default '
+                                                                                                  '1 '
+                                                                                                  'byte.',
+                                                                                   'maxLength': 40,
+                                                                                   'minimum': 1,
+                                                                                   'type': ['string',
+                                                                                            'integer']},
+                                                                   'shm_default': {'description': 'shm '
+                                                                                                  'capacity '
+                                                                                                  'of '
+                                                                                                  'jobs '
+                                                                                                  'that '
+                                                                                                  'ask '
+                                                                                                  'for '
+                                                                                                  'none '
+                                                                                                  '(default: '
+                                                                                                  'no '
+                                                                                                  'limit).',
+                                                                                   'maxLength': 40,
+                                                                                   'minimum': 1,
+                                                                                   'type': ['string',
+                                                                                            'integer']},
+                                                                   'shm_max': {'description': 'Largest '
+                                                                                              'shm '
+                                                                                              'capacity '
+                                                                                              'a '
+                                                                                              'job '
+                                                                                              'may '
+                                                                                              'ask '
+                                                                                              'for; '
+                                                                                              'larger '
+                                                                                              'requests '
+                                                                                              'reject '
+                                                                                              'the '
+                                                                                              'job.',
+                                                                               'maxLength': 40,
+                                                                               'minimum': 1,
+                                                                               'type': ['string',
+                                                                                        'integer']},
+                                                                   'tmp_default': {'description': 'tmp '
+                                                                                                  'capacity '
+                                                                                                  'of '
+                                                                                                  'jobs '
+                                                                                                  'that '
+                                                                                                  'ask '
+                                                                                                  'for '
+                                                                                                  'none '
+                                                                                                  '(default: '
+                                                                                                  'no '
+                                                                                                  'limit).',
+                                                                                   'maxLength': 40,
+                                                                                   'minimum': 1,
+                                                                                   'type': ['string',
+                                                                                            'integer']},
+                                                                   'tmp_max': {'description': 'Largest '
+                                                                                              'tmp '
+                                                                                              'capacity '
+                                                                                              'a '
+                                                                                              'job '
+                                                                                              'may '
+                                                                                              'ask '
+                                                                                              'for.',
+                                                                               'maxLength': 40,
+                                                                               'minimum': 1,
+                                                                               'type': ['string',
+                                                                                        'integer']}},
+                                                    'type': 'object'},
+                                       'directives': {'additionalProperties': False,
+                                                      'description': '#JOBNS directives in batch '
+                                                                     'scripts (README '
+                                                                     "'Directives').",
+                                                      'properties': {'word': {'description': 'The '
+                                                                                             'directive '
+                                                                                             'word '
+                                                                                             'without '
+                                                                                             "'#', "
+                                                                                             'like '
+                                                                                             'burst_buffer.conf '
+                                                                                             'Directive= '
+                                                                                             '(default '
+                                                                                             'JOBNS).',
+                                                                              'pattern': '^[A-Za-z0-9_]{1,64}$',
+                                                                              'type': 'string'}},
+                                                      'type': 'object'},
                                        'kill_wait': {'description': 'Seconds between SIGTERM and '
                                                                     "SIGKILL (Slurm's KillWait).",
                                                      'maximum': 86400,
                                                      'minimum': 0,
                                                      'type': 'number'},
+                                       'lifecycle': {'additionalProperties': False,
+                                                     'description': 'Pre-run and post-run programs '
+                                                                    "(README 'States').",
+                                                     'properties': {'post_run': {'description': 'Run '
+                                                                                                'as '
+                                                                                                'root '
+                                                                                                '(no '
+                                                                                                'shell) '
+                                                                                                'after '
+                                                                                                'the '
+                                                                                                "job's "
+                                                                                                'tasks '
+                                                                                                'ended, '
+                                                                                                'before '
+                                                                                                'stage-out; '
+                                                                                                'failing '
+                                                                                                'is '
+                                                                                                'reported.',
+                                                                                 'maxLength': 4096,
+                                                                                 'type': 'string'},
+                                                                    'pre_run': {'description': 'Run '
+                                                                                               'as '
+                                                                                               'root '
+                                                                                               '(no '
+                                                                                               'shell) '
+                                                                                               'after '
+                                                                                               'the '
+                                                                                               "job's "
+                                                                                               'namespace '
+                                                                                               'exists, '
+                                                                                               'before '
+                                                                                               'its '
+                                                                                               'tasks; '
+                                                                                               'failing '
+                                                                                               'fails '
+                                                                                               'the '
+                                                                                               'job.',
+                                                                                'maxLength': 4096,
+                                                                                'type': 'string'},
+                                                                    'program_timeout': {'description': 'Seconds '
+                                                                                                       'before '
+                                                                                                       'a '
+                                                                                                       'pre-run '
+                                                                                                       'or '
+                                                                                                       'post-run '
+                                                                                                       'program '
+                                                                                                       'is '
+                                                                                                       'killed '
+                                                                                                       '(default '
+                                                                                                       '300).',
+                                                                                        'maximum': 86400,
+                                                                                        'minimum': 1,
+                                                                                        'type': 'number'}},
+                                                     'type': 'object'},
                                        'local_base': {'description': 'Where job-<id>/{tmp,var_tmp} '
                                                                      'are made (local layout).',
                                                       'maxLength': 4096,
@@ -34,6 +188,116 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                     'maxLength': 4096,
                                                     'minLength': 1,
                                                     'type': 'string'},
+                                       'staging': {'additionalProperties': False,
+                                                   'description': 'Session-directory staging (seed '
+                                                                  '001) and #JOBNS '
+                                                                  'stage_in/stage_out (README '
+                                                                  "'Staging').",
+                                                   'properties': {'dynamic_scratch': {'description': 'Scratch '
+                                                                                                     'is '
+                                                                                                     '<scratchdir>/<lrms-job-id>/<arc-job-id> '
+                                                                                                     '(ENV/LRMS-SCRATCH) '
+                                                                                                     'instead '
+                                                                                                     'of '
+                                                                                                     '<scratchdir>/<arc-job-id>.',
+                                                                                      'type': 'boolean'},
+                                                                  'session_dir': {'description': 'How '
+                                                                                                 'setup '
+                                                                                                 'finds '
+                                                                                                 'a '
+                                                                                                 "job's "
+                                                                                                 'session '
+                                                                                                 'directory '
+                                                                                                 'when '
+                                                                                                 '--session-dir '
+                                                                                                 'is '
+                                                                                                 'not '
+                                                                                                 'given: '
+                                                                                                 'a '
+                                                                                                 'path '
+                                                                                                 'with '
+                                                                                                 'symbols '
+                                                                                                 '(%d: '
+                                                                                                 'the '
+                                                                                                 "job's "
+                                                                                                 'working '
+                                                                                                 'directory, '
+                                                                                                 'as '
+                                                                                                 'ARC '
+                                                                                                 'submits). '
+                                                                                                 'Empty: '
+                                                                                                 'no '
+                                                                                                 'session '
+                                                                                                 'staging.',
+                                                                                  'maxLength': 4096,
+                                                                                  'type': 'string'},
+                                                                  'session_roots': {'description': 'arc.conf '
+                                                                                                   'sessiondir '
+                                                                                                   'roots: '
+                                                                                                   'a '
+                                                                                                   'session '
+                                                                                                   'directory '
+                                                                                                   'is '
+                                                                                                   '<root>/<arc-job-id>.',
+                                                                                    'items': {'maxLength': 4096,
+                                                                                              'minLength': 1,
+                                                                                              'type': 'string'},
+                                                                                    'type': 'array'},
+                                                                  'stage_roots': {'description': 'Host '
+                                                                                                 'directories '
+                                                                                                 '#JOBNS '
+                                                                                                 'stage_in '
+                                                                                                 'sources '
+                                                                                                 'and '
+                                                                                                 'stage_out '
+                                                                                                 'destinations '
+                                                                                                 'may '
+                                                                                                 'lie '
+                                                                                                 'in '
+                                                                                                 '(the '
+                                                                                                 "job's "
+                                                                                                 'session '
+                                                                                                 'directory '
+                                                                                                 'is '
+                                                                                                 'always '
+                                                                                                 'allowed).',
+                                                                                  'items': {'maxLength': 4096,
+                                                                                            'minLength': 1,
+                                                                                            'type': 'string'},
+                                                                                  'type': 'array'},
+                                                                  'stdio': {'description': 'Files '
+                                                                                           'that '
+                                                                                           'stay '
+                                                                                           'in the '
+                                                                                           'session '
+                                                                                           'directory '
+                                                                                           'and '
+                                                                                           'are '
+                                                                                           'symlinked '
+                                                                                           'into '
+                                                                                           'scratch '
+                                                                                           '(default '
+                                                                                           'stdout, '
+                                                                                           'stderr).',
+                                                                            'items': {'maxLength': 255,
+                                                                                      'minLength': 1,
+                                                                                      'type': 'string'},
+                                                                            'type': 'array'},
+                                                                  'timeout': {'description': 'Seconds '
+                                                                                             'a '
+                                                                                             'movetool '
+                                                                                             'may '
+                                                                                             'run '
+                                                                                             'for '
+                                                                                             'one '
+                                                                                             'entry; '
+                                                                                             '0: '
+                                                                                             'no '
+                                                                                             'limit.',
+                                                                              'maximum': 604800,
+                                                                              'minimum': 0,
+                                                                              'type': 'number'}},
+                                                   'type': 'object'},
                                        'state_dir': {'description': 'Root-only directory for job '
                                                                     'state, pins and locks.',
                                                      'maxLength': 4096,
@@ -41,59 +305,71 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                      'type': 'string'}},
                         'title': 'jobns site configuration (/etc/jobns/jobns.toml)',
                         'type': 'object'},
- 'hooks-d.schema.json': {'$id': 'https://jobns.invalid/schemas/hooks-d.schema.json',
-                         '$schema': 'https://json-schema.org/draft/2020-12/schema',
-                         'additionalProperties': False,
-                         'properties': {'hook': {'additionalProperties': False,
-                                                 'properties': {'args': {'items': {'type': 'string'},
+ 'job-state.schema.json': {'$defs': {'copy': {'additionalProperties': False,
+                                              'properties': {'destination': {'minLength': 1,
+                                                                             'type': 'string'},
+                                                             'line': {'description': 'The '
+                                                                                     'directive, '
+                                                                                     'for '
+                                                                                     'messages.',
+                                                                      'type': 'string'},
+                                                             'source': {'minLength': 1,
+                                                                        'type': 'string'}},
+                                              'required': ['source', 'destination', 'line'],
+                                              'type': 'object'},
+                                     'tree': {'additionalProperties': False,
+                                              'properties': {'base': {'minLength': 1,
+                                                                      'type': 'string'},
+                                                             'capacity': {'description': 'Bytes of '
+                                                                                         'the '
+                                                                                         'size-limited '
+                                                                                         'tmpfs '
+                                                                                         'mounted '
+                                                                                         'on the '
+                                                                                         'tree '
+                                                                                         'root; '
+                                                                                         'null: '
+                                                                                         'none.',
+                                                                          'minimum': 1,
+                                                                          'type': ['integer',
+                                                                                   'null']},
+                                                             'children': {'items': {'type': 'string'},
+                                                                          'type': 'array'},
+                                                             'made': {'description': 'This setup '
+                                                                                     'created it: '
+                                                                                     'a setup that '
+                                                                                     'fails '
+                                                                                     'removes only '
+                                                                                     'what it '
+                                                                                     'made.',
+                                                                      'type': 'boolean'},
+                                                             'name': {'minLength': 1,
+                                                                      'type': 'string'},
+                                                             'parents': {'items': {'type': 'string'},
                                                                          'type': 'array'},
-                                                                'env': {'items': {'type': 'string'},
-                                                                        'type': 'array'},
-                                                                'path': {'description': 'Absolute '
-                                                                                        'path of '
-                                                                                        'the '
-                                                                                        'program; '
-                                                                                        'args[0] '
-                                                                                        'is its '
-                                                                                        'argv[0].',
-                                                                         'minLength': 2,
-                                                                         'pattern': '^/',
-                                                                         'type': 'string'},
-                                                                'timeout': {'minimum': 1,
-                                                                            'type': 'integer'}},
-                                                 'required': ['path'],
-                                                 'type': 'object'},
-                                        'stages': {'items': {'enum': ['prestart',
-                                                                      'createRuntime',
-                                                                      'createContainer',
-                                                                      'startContainer',
-                                                                      'poststart',
-                                                                      'poststop']},
-                                                   'minItems': 1,
-                                                   'type': 'array'},
-                                        'version': {'const': '1.0.0'},
-                                        'when': {'additionalProperties': False,
-                                                 'properties': {'always': {'type': 'boolean'},
-                                                                'annotations': {'additionalProperties': {'type': 'string'},
-                                                                                'description': 'Regular '
-                                                                                               'expressions: '
-                                                                                               'key '
-                                                                                               'pattern '
-                                                                                               '-> '
-                                                                                               'value '
-                                                                                               'pattern.',
-                                                                                'type': 'object'},
-                                                                'commands': {'items': {'type': 'string'},
-                                                                             'type': 'array'},
-                                                                'hasBindMounts': {'type': 'boolean'}},
-                                                 'type': 'object'}},
-                         'required': ['version', 'hook', 'when', 'stages'],
-                         'title': 'An oci-hooks 1.0.0 file, as Podman/CRI-O read from a hooks.d '
-                                  'directory (oci-hooks(5))',
-                         'type': 'object'},
- 'job-state.schema.json': {'$id': 'https://jobns.invalid/schemas/job-state.schema.json',
+                                                             'remove': {'type': 'boolean'},
+                                                             'role': {'enum': ['local',
+                                                                               'shared',
+                                                                               'shm',
+                                                                               'scratch']}},
+                                              'required': ['role',
+                                                           'base',
+                                                           'parents',
+                                                           'name',
+                                                           'children',
+                                                           'remove'],
+                                              'type': 'object'}},
+                           '$id': 'https://jobns.invalid/schemas/job-state.schema.json',
                            '$schema': 'https://json-schema.org/draft/2020-12/schema',
                            'properties': {'arc': {'type': ['object', 'null']},
+                                          'capacities': {'additionalProperties': False,
+                                                         'properties': {'shm': {'minimum': 1,
+                                                                                'type': ['integer',
+                                                                                         'null']},
+                                                                        'tmp': {'minimum': 1,
+                                                                                'type': ['integer',
+                                                                                         'null']}},
+                                                         'type': 'object'},
                                           'created': {'type': 'number'},
                                           'errors': {'items': {'type': 'string'}, 'type': 'array'},
                                           'history': {'items': {'properties': {'at': {'type': 'number'},
@@ -119,6 +395,40 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                   'user': {'type': ['string',
                                                                                     'null']}},
                                                    'type': 'object'},
+                                          'ran': {'description': 'The job reached running: '
+                                                                 'post-run and stage_out '
+                                                                 'directives apply.',
+                                                  'type': 'boolean'},
+                                          'staging': {'additionalProperties': False,
+                                                      'description': 'Host paths, all resolved and '
+                                                                     'confined at setup (README '
+                                                                     "'Staging').",
+                                                      'properties': {'link_stdio': {'type': 'boolean'},
+                                                                     'movetool': {'type': 'string'},
+                                                                     'runtime_scratchdir': {'type': 'string'},
+                                                                     'scratch_dir': {'type': ['string',
+                                                                                              'null']},
+                                                                     'scratch_tree': {'anyOf': [{'type': 'null'},
+                                                                                                {'$ref': '#/$defs/tree'}]},
+                                                                     'session_dir': {'type': ['string',
+                                                                                              'null']},
+                                                                     'stage_in': {'items': {'$ref': '#/$defs/copy'},
+                                                                                  'type': 'array'},
+                                                                     'stage_out': {'items': {'$ref': '#/$defs/copy'},
+                                                                                   'type': 'array'},
+                                                                     'stdio': {'items': {'type': 'string'},
+                                                                               'type': 'array'},
+                                                                     'timeout': {'minimum': 0,
+                                                                                 'type': 'number'}},
+                                                      'required': ['session_dir',
+                                                                   'scratch_dir',
+                                                                   'scratch_tree',
+                                                                   'stdio',
+                                                                   'link_stdio',
+                                                                   'movetool',
+                                                                   'stage_in',
+                                                                   'stage_out'],
+                                                      'type': ['object', 'null']},
                                           'state': {'enum': ['pending',
                                                              'staging-in',
                                                              'staged-in',
@@ -130,26 +440,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                              'teardown-fail',
                                                              'complete']},
                                           'teardown_failures': {'minimum': 0, 'type': 'integer'},
-                                          'trees': {'items': {'additionalProperties': False,
-                                                              'properties': {'base': {'minLength': 1,
-                                                                                      'type': 'string'},
-                                                                             'children': {'items': {'type': 'string'},
-                                                                                          'type': 'array'},
-                                                                             'name': {'minLength': 1,
-                                                                                      'type': 'string'},
-                                                                             'parents': {'items': {'type': 'string'},
-                                                                                         'type': 'array'},
-                                                                             'remove': {'type': 'boolean'},
-                                                                             'role': {'enum': ['local',
-                                                                                               'shared',
-                                                                                               'shm']}},
-                                                              'required': ['role',
-                                                                           'base',
-                                                                           'parents',
-                                                                           'name',
-                                                                           'children',
-                                                                           'remove'],
-                                                              'type': 'object'},
+                                          'trees': {'items': {'$ref': '#/$defs/tree'},
                                                     'type': 'array'},
                                           'updated': {'type': 'number'},
                                           'user': {'additionalProperties': False,
@@ -176,38 +467,4 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                         'teardown_failures',
                                         'history'],
                            'title': 'jobns persisted job state (<state_dir>/jobs/<id>/state.json)',
-                           'type': 'object'},
- 'oci-state.schema.json': {'$id': 'https://jobns.invalid/schemas/oci-state.schema.json',
-                           '$schema': 'https://json-schema.org/draft/2020-12/schema',
-                           'anyOf': [{'required': ['bundle']}, {'required': ['bundlePath']}],
-                           'description': 'Runtimes add their own keys (crun: root), so unknown '
-                                          'keys are allowed. Older runtimes name the bundle '
-                                          'bundlePath; jobns needs one of the two.',
-                           'properties': {'annotations': {'additionalProperties': {'type': 'string'},
-                                                          'type': 'object'},
-                                          'bundle': {'maxLength': 4096,
-                                                     'minLength': 1,
-                                                     'type': 'string'},
-                                          'bundlePath': {'maxLength': 4096,
-                                                         'minLength': 1,
-                                                         'type': 'string'},
-                                          'id': {'maxLength': 1024,
-                                                 'minLength': 1,
-                                                 'type': 'string'},
-                                          'ociVersion': {'maxLength': 256,
-                                                         'minLength': 1,
-                                                         'type': 'string'},
-                                          'pid': {'description': "Host pid of the container's "
-                                                                 'init; absent or 0 once stopped.',
-                                                  'maximum': 4194304,
-                                                  'minimum': 0,
-                                                  'type': 'integer'},
-                                          'status': {'enum': ['creating',
-                                                              'created',
-                                                              'running',
-                                                              'stopped',
-                                                              'paused']}},
-                           'required': ['ociVersion', 'id', 'status'],
-                           'title': "OCI runtime state, as a runtime writes it to a hook's stdin "
-                                    '(runtime-spec runtime.md#state)',
                            'type': 'object'}}

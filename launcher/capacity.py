@@ -1,0 +1,138 @@
+"""PURE: how large a job's /dev/shm and /tmp may grow (``#JOBNS shm|tmp capacity=``).
+
+A capacity turns the job's tree into a size-limited file system of its own (a tmpfs,
+see launcher.sizelimit), so one job cannot fill the node's /dev/shm or /tmp: writing
+past it gives the job ENOSPC and touches nothing else. Sizes follow seed 003 (parsed by
+launcher.directives.parse_capacity); the site's ``[capacity]`` section adds:
+
+  granularity   requests are rounded up to a multiple of it (seed 003 pool granularity)
+  shm_max       larger shm requests reject the job (after rounding)
+  tmp_max       the same for tmp
+  shm_default   the capacity of a job that asks for none (default: no limit)
+  tmp_default   the same for tmp
+
+``tmp capacity`` covers /tmp and /var/tmp together (they are two directories of one
+tree). Directives reach only ``jobns setup``: a standalone ``jobns run`` never applies a
+capacity, since nothing would unmount the file system after its last task.
+"""
+
+from __future__ import annotations
+
+from launcher.directives import DirectiveError, NodeCount, parse_capacity, round_up
+from launcher.errors import JobnsError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from launcher.config import Config
+    from launcher.directives import Directives
+
+ROLES = ("shm", "tmp")
+# Which tree a capacity limits: the shm tree, or the local tree holding tmp/ and var_tmp/.
+TREE_ROLE = {"shm": "shm", "tmp": "local"}
+
+
+def human(n: int) -> str:
+    for unit, size in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
+                       ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+class Capacities:
+    """Bytes per role ('shm', 'tmp'); None: no limit (the node's file system)."""
+
+    __slots__ = ("shm", "tmp")
+
+    def __init__(self, shm: int | None = None, tmp: int | None = None) -> None:
+        self.shm = shm
+        self.tmp = tmp
+
+    def get(self, role: str) -> int | None:
+        return self.shm if role == "shm" else self.tmp
+
+    def for_tree(self, tree_role: str) -> int | None:
+        """The capacity of the tree with this Tree.role, if any."""
+        for role, tr in TREE_ROLE.items():
+            if tr == tree_role:
+                return self.get(role)
+        return None
+
+    def record(self) -> dict[str, int | None]:
+        return {"shm": self.shm, "tmp": self.tmp}
+
+    @classmethod
+    def from_record(cls, rec: object) -> Capacities:
+        if not isinstance(rec, dict):
+            return cls()
+        shm, tmp = rec.get("shm"), rec.get("tmp")
+        return cls(shm if isinstance(shm, int) else None, tmp if isinstance(tmp, int) else None)
+
+    def describe(self) -> list[str]:
+        out = []
+        for role in ROLES:
+            size = self.get(role)
+            where = "/dev/shm" if role == "shm" else "/tmp and /var/tmp"
+            if size is None:
+                out.append(f"# {role}: no capacity ({where} on the node's file system)")
+            else:
+                out.append(f"mount  tmpfs size={size} ({human(size)}) on the {role} tree "
+                           f"({where}), mode 0700, owned by the job user, nosuid,nodev")
+        return out
+
+
+def config_size(config: Config, key: str) -> int | None:
+    """A size from [capacity] (int bytes or a capacity string); None when unset or ""."""
+    value = config.capacity.get(key)
+    if value is None or value == "":
+        return None
+    where = f"read config {config.source or '(built-in)'}: [capacity] {key} = {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise JobnsError(f"{where}: expected a size such as \"4GiB\" or a number of bytes")
+    if isinstance(value, int):
+        if value < 1:
+            raise JobnsError(f"{where}: must be at least 1 byte")
+        return value
+    try:
+        size = parse_capacity(value)
+    except DirectiveError as e:
+        raise JobnsError(f"{where}: {e.problem}") from None
+    if isinstance(size, NodeCount):
+        raise JobnsError(f"{where}: a node count (N) is not a size; give e.g. \"4GiB\"")
+    return size
+
+
+def granularity(config: Config) -> int:
+    return config_size(config, "granularity") or 1
+
+
+def plan(config: Config, directives: Directives | None, layout: str) -> Capacities:
+    """The capacities of a job: its directives (already rounded by the parser with
+    :func:`granularity`), else the site defaults; checked against the site maxima."""
+    gran = granularity(config)
+    out = Capacities()
+    for role in ROLES:
+        asked = None if directives is None else (
+            directives.shm_capacity if role == "shm" else directives.tmp_capacity)
+        size = asked
+        if size is None:
+            default = config_size(config, f"{role}_default")
+            size = None if default is None else round_up(default, gran)
+        if size is None:
+            continue
+        limit = config_size(config, f"{role}_max")
+        if limit is not None and size > limit:
+            what = f"#{config.directive_word} {role} capacity" if asked is not None else \
+                f"[capacity] {role}_default"
+            raise DirectiveError(f"{what} is {size} bytes ({human(size)}), more than this "
+                                 f"site allows ({role}_max = {limit} bytes, {human(limit)}); "
+                                 "ask for less")
+        if role == "tmp" and layout != "local":
+            if asked is None:
+                continue  # a site default applies to node-local /tmp only
+            raise DirectiveError(f"#{config.directive_word} tmp capacity needs the local "
+                                 f"layout, not {layout!r}: a size limit makes /tmp a "
+                                 "node-local file system, which shared_tmpdir contradicts; "
+                                 "drop one of the two")
+        setattr(out, role, size)
+    return out
