@@ -213,6 +213,12 @@ def load(flag: str | None = None, environ: dict[str, str] | None = None) -> Conf
     assert path is not None
     try:
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                   st.st_ctime_ns)
+            cached = _read_cache(key)
+            if cached is not None:
+                return Config(cached, path)
             text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         if explicit:
@@ -221,4 +227,55 @@ def load(flag: str | None = None, environ: dict[str, str] | None = None) -> Conf
         return Config({}, None)
     except OSError as e:
         raise JobnsError(f"read config {path}: {e.strerror}") from None
-    return Config(parse(text, path), path)
+    raw = parse(text, path)
+    _write_cache(key, raw)
+    return Config(raw, path)
+
+
+# The task-launch path must not pay for tomllib (~14 ms) on every task of a site that has
+# a config file: root (the prolog, a root task) keeps the parsed, validated file here,
+# keyed by the file's identity, and everyone reads it with marshal (built in, no import).
+CACHE_PATH = "/run/jobns-config.cache"
+
+
+def _read_cache(key: tuple[object, ...]) -> dict[str, object] | None:
+    import marshal
+
+    try:
+        fd = os.open(CACHE_PATH, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return None  # only root's cache is trusted
+        data = os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+    try:
+        # Safe: only a root-owned, not group/other-writable file is read (checked above).
+        cached_key, raw = marshal.loads(data)  # noqa: S302
+    except (EOFError, ValueError, TypeError):
+        return None
+    return raw if cached_key == key and isinstance(raw, dict) else None
+
+
+def _write_cache(key: tuple[object, ...], raw: dict[str, object]) -> None:
+    if os.geteuid() != 0:
+        return
+    import marshal
+
+    tmp = f"{CACHE_PATH}.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        try:
+            os.write(fd, marshal.dumps((key, raw)))  # type: ignore[arg-type]
+        finally:
+            os.close(fd)
+        os.rename(tmp, CACHE_PATH)
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
