@@ -1,26 +1,52 @@
-"""A small Slurm 22.05 cluster inside a rig: slurm.conf, munge, daemons.
+"""A small Slurm 22.05 cluster inside a rig: slurm.conf, munge, daemons, jobns hooks.
 
     with Rig(image, hostnames=["ctl", "node1", "node2"]) as rig:
-        cluster = SlurmCluster(rig, controller="ctl", computes=["node1", "node2"])
+        cluster = SlurmCluster(rig, controller="ctl", computes=["node1", "node2"], jobns=True)
         cluster.start()
-        cluster.controller.exec(["srun", "-N2", "hostname"]).check("srun")
+        job_id = cluster.sbatch("alice", "#!/bin/sh\\n#SBATCH -N2\\nsrun jobns run -- id\\n")
+        print(cluster.output(job_id))
 
 The image carries slurm-wlm + munge (containers/images.py) and one munge key, made
 when the base image was debootstrapped: every node of a rig has the same key, which
 is all munge needs. Daemons run as root (SlurmUser=root), as in MACHINE.md's
 single-node recipe; proctrack/linuxproc and task/none keep cgroups out of it.
-jobns hooks in through `extra` (Prolog=, Epilog=, PrologFlags=, TaskProlog=...).
+
+jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents: the
+tested scripts ci/slurm/prolog and ci/slurm/epilog (byte for byte) go to
+/etc/jobns/slurm/ on every compute node, and slurm.conf gets Prolog=, Epilog= and
+PrologFlags=Alloc (JOBNS_CONF). Tasks then run as `srun jobns run -- CMD`. Other
+settings (TaskProlog=, ...) go through `extra`, which wins over both.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from containers.errors import RigError
-from containers.rig import Node, Rig
+from containers.rig import ExecResult, Node, Rig
 
 CONF = "/etc/slurm/slurm.conf"
+# The scripts an administrator installs (the ones ci/start-slurm installs on the host).
+CI_SLURM = Path(__file__).resolve().parents[1] / "ci" / "slurm"
+JOBNS_HOOKS = "/etc/jobns/slurm"
+JOBNS_CONF = {
+    "Prolog": f"{JOBNS_HOOKS}/prolog",
+    "Epilog": f"{JOBNS_HOOKS}/epilog",
+    "PrologFlags": "Alloc",  # set the job up at allocation, on every node, before any step
+}
+# Batch scripts and their output, on the shared volume: written on the controller
+# (where sbatch reads the script), written to by the batch step on the first node.
+WORK = "/lustre/slurm"
+# Job states after which nothing of the job runs any more (scontrol reports COMPLETING,
+# not one of these, until every node's epilog has finished).
+FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+# Node states in which the node takes no job: a failed prolog or epilog drains it.
+UNUSABLE = ("drain", "drng", "drained", "down", "fail", "failg")
 
 
 def render_conf(controller: str, computes: Sequence[str], *, cpus: int = 1,
@@ -51,6 +77,7 @@ def render_conf(controller: str, computes: Sequence[str], *, cpus: int = 1,
         "SelectType": "select/cons_tres",
         "SelectTypeParameters": "CR_Core",
         "MpiDefault": "none",
+        "MailProg": "/bin/true",
         "ReturnToService": "2",
         "KillWait": str(kill_wait),
         **(extra or {}),
@@ -65,11 +92,14 @@ def render_conf(controller: str, computes: Sequence[str], *, cpus: int = 1,
 
 class SlurmCluster:
     def __init__(self, rig: Rig, controller: str, computes: Sequence[str], *,
-                 extra: Mapping[str, str] | None = None) -> None:
+                 jobns: bool = False, extra: Mapping[str, str] | None = None) -> None:
         self.rig = rig
         self.controller = rig.node(controller)
         self.computes = [rig.node(h) for h in computes]
-        self.conf = render_conf(controller, computes, extra=extra)
+        self.jobns = jobns
+        self.conf = render_conf(controller, computes,
+                                extra={**(JOBNS_CONF if jobns else {}), **(extra or {})})
+        self.timings: dict[str, float] = {}
 
     @property
     def members(self) -> list[Node]:
@@ -77,29 +107,140 @@ class SlurmCluster:
 
     def start(self, timeout: float = 60) -> None:
         """Write slurm.conf everywhere, start munged, slurmctld, slurmd; wait until idle."""
+        t0 = time.monotonic()
         for n in self.members:
             n.put_file(CONF, self.conf)
             start_munge(n)
+        if self.jobns:
+            for n in self.computes:
+                install_jobns_hooks(n)
+        self.controller.exec(["install", "-d", "-m", "1777", WORK]).check(
+            f"create {WORK} on the shared volume")
         self.controller.exec(["slurmctld"]).check("start slurmctld on "
                                                   f"{self.controller.hostname}")
         for n in self.computes:
             n.exec(["slurmd"]).check(f"start slurmd on {n.hostname}")
         self.wait_idle(timeout)
+        self.timings["start"] = time.monotonic() - t0
+
+    def node_states(self) -> dict[str, str]:
+        """sinfo's compact state of every compute node (idle, alloc, drain, ...)."""
+        return {h: state for h, (state, _) in self._sinfo().items()}
+
+    def unusable(self) -> dict[str, str]:
+        """Compute nodes Slurm will not use (drained, down), with its reason."""
+        return {h: f"{state}: {reason}" for h, (state, reason) in self._sinfo().items()
+                if state.rstrip("*~#!%$@^-") in UNUSABLE}
+
+    def _sinfo(self) -> dict[str, tuple[str, str]]:
+        r = self.controller.exec(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], timeout=10)
+        found = {}
+        for line in r.stdout.strip().splitlines() if r.exit_code == 0 else []:
+            host, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            found[host] = (state, reason)
+        return found
 
     def wait_idle(self, timeout: float) -> None:
         want = {n.hostname for n in self.computes}
         deadline = time.monotonic() + timeout
-        states = ""
+        states: dict[str, str] = {}
         while time.monotonic() < deadline:
-            r = self.controller.exec(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
-            states = r.stdout.strip()
-            idle = {ln.split()[0] for ln in states.splitlines() if ln.endswith(" idle")}
-            if r.exit_code == 0 and want <= idle:
+            states = self.node_states()
+            if all(states.get(h) == "idle" for h in want):
                 return
             time.sleep(0.5)
-        logs = self.controller.exec(["tail", "-n", "20", "/var/log/slurm/slurmctld.log"]).stdout
         raise RigError(f"wait for Slurm nodes {sorted(want)} to be idle: after {timeout:g}s "
-                       f"sinfo says {states!r}\nslurmctld.log:\n{logs}")
+                       f"sinfo says {states}\n{self.logs()}")
+
+    def logs(self, lines: int = 20) -> str:
+        """The tails of slurmctld's and every slurmd's log (for failure messages)."""
+        parts = []
+        for n, name in [(self.controller, "slurmctld"), *((c, "slurmd") for c in self.computes)]:
+            r = n.exec(["tail", "-n", str(lines), f"/var/log/slurm/{name}.log"], timeout=10)
+            parts.append(f"--- {n.hostname}: {name}.log\n{r.stdout}{r.stderr}")
+        return "".join(parts)
+
+    # -- jobs --------------------------------------------------------------------------
+    def sbatch(self, user: str, script: str, *options: str, wait: bool = True,
+               timeout: float = 120) -> str:
+        """Submit `script` as `user` from the controller; returns the job id.
+
+        The script and the job's output (WORK/slurm-<id>.out, read by `output`) live on
+        the shared volume; the batch step starts in WORK. With wait it returns once the
+        job has ended on every node, epilogs included (`wait_done`), and raises RigError
+        unless it COMPLETED with exit code 0.
+        """
+        path = f"{WORK}/job-{time.monotonic_ns()}.sh"
+        self.controller.put_file(path, script, mode=0o755)
+        argv = ["sbatch", "--parsable", f"--chdir={WORK}", f"--output={WORK}/slurm-%j.out",
+                *options, path]
+        r = self.controller.exec(argv, user=user, timeout=30)
+        first = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+        job_id = first.split(";")[0]
+        if r.exit_code != 0 or not job_id.isdigit():
+            raise RigError(f"{shlex.join(argv)} as {user}: no job id: exit {r.exit_code}\n"
+                           f"--- stdout\n{r.stdout}--- stderr\n{r.stderr}")
+        if wait:
+            state, code = self.wait_done(job_id, timeout)
+            if (state, code) != ("COMPLETED", "0:0"):
+                raise RigError(f"job {job_id} ({shlex.join(argv)} as {user}) ended {state} "
+                               f"with exit code {code}\n--- job output\n"
+                               f"{self.output(job_id)}{self.logs()}")
+        return job_id
+
+    def job_state(self, job_id: str) -> tuple[str, str]:
+        """(JobState, ExitCode) as scontrol says (kept MinJobAge=300 s after the end)."""
+        r = self.controller.exec(["scontrol", "-o", "show", "job", job_id], timeout=10)
+        state = re.search(r"\bJobState=(\S+)", r.stdout)
+        code = re.search(r"\bExitCode=(\S+)", r.stdout)
+        if r.exit_code != 0 or state is None:
+            raise RigError(f"scontrol show job {job_id}: exit {r.exit_code}: "
+                           f"{r.stderr.strip() or r.stdout.strip()}")
+        return state.group(1), code.group(1) if code else "?"
+
+    def wait_done(self, job_id: str, timeout: float = 120) -> tuple[str, str]:
+        """Until the job is in a final state; its (JobState, ExitCode).
+
+        Fails at once, instead of at the timeout, when the job waits for a node that
+        Slurm will not use any more (a failed prolog or epilog drains the node).
+        """
+        deadline = time.monotonic() + timeout
+        state = code = "?"
+        while time.monotonic() < deadline:
+            state, code = self.job_state(job_id)
+            if state in FINAL:
+                return state, code
+            if state == "PENDING" and (bad := self.unusable()):
+                raise RigError(f"job {job_id} is pending and will stay so: Slurm does not "
+                               f"use {bad}\n{self.logs()}")
+            time.sleep(0.2)
+        raise RigError(f"job {job_id} still {state} after {timeout:g}s\n"
+                       f"--- job output\n{self.output(job_id)}{self.logs()}")
+
+    def output(self, job_id: str) -> str:
+        r = self.controller.exec(["cat", f"{WORK}/slurm-{job_id}.out"], timeout=10)
+        return r.stdout if r.exit_code == 0 else ""
+
+    def in_queue(self, job_id: str) -> bool:
+        r = self.controller.exec(["squeue", "-h", "-j", job_id, "-o", "%i %T"], timeout=10)
+        # an id slurmctld has already purged is an error ("Invalid job id"), not a line
+        return r.exit_code == 0 and bool(r.stdout.strip())
+
+    def scancel(self, job_id: str, *options: str) -> ExecResult:
+        return self.controller.exec(["scancel", *options, job_id], timeout=30).check(
+            f"scancel {job_id}")
+
+
+def install_jobns_hooks(node: Node) -> None:
+    """/etc/jobns/slurm/{prolog,epilog}: the tested scripts from ci/slurm, root 0755."""
+    for name in ("prolog", "epilog"):
+        src = CI_SLURM / name
+        try:
+            text = src.read_bytes()
+        except OSError as e:
+            raise RigError(f"install the jobns {name}: read {src}: {e.strerror}") from None
+        node.put_file(f"{JOBNS_HOOKS}/{name}", text, mode=0o755)
 
 
 def start_munge(node: Node) -> None:

@@ -102,10 +102,59 @@ def _make_pin(path: str) -> None:
     os.close(fd)
 
 
+NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 0x5, __u64), Linux 6.11+
+
+
+def mntns_id(path: str = "/proc/self/ns/mnt") -> int | None:
+    """The kernel's 64-bit id of a mount namespace, or None on kernels without the ioctl."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, NS_GET_MNTNS_ID, bytes(8)), sys.byteorder)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def outrank(pinner_id: int | None) -> None:
+    """Make the holder's mount namespace id larger than the pinner's.
+
+    The kernel refuses to bind-mount a mount namespace file unless the namespace is
+    newer than the caller's own (mnt_ns_loop(): no reference cycles). Since Linux 6.18
+    ids come from per-CPU batches, so a namespace made later on another CPU can have a
+    smaller id, and the pin fails with EINVAL whenever the pinner (slurmd in a container
+    or a namespaced unit) is not in the first namespace. A CPU whose batch is newer
+    exists (the one that numbered the pinner's), so unshare again on each CPU in turn.
+    """
+    if pinner_id is None:
+        return
+    allowed = os.sched_getaffinity(0)
+    try:
+        # Every CPU, not only our affinity mask: the prolog may have been pinned to one
+        # CPU whose batch is the old one (a cpuset that forbids a CPU just says EINVAL).
+        for cpu in [None, *range(os.cpu_count() or 1)]:
+            if cpu is not None:
+                try:
+                    os.sched_setaffinity(0, {cpu})
+                except OSError:
+                    continue
+                libc.unshare(libc.CLONE_NEWNS)
+            mine = mntns_id()
+            if mine is None or mine > pinner_id:
+                return
+    finally:
+        os.sched_setaffinity(0, allowed)
+    raise JobnsError(f"set up namespace: every new mount namespace got an id below the "
+                     f"prolog's ({pinner_id}); the kernel would refuse to pin it")
+
+
 def pin_namespaces(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str
                    ) -> dict[str, object]:
     """Create the job's namespace(s) in a child and pin them; returns the pins record."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
+    pinner_id = mntns_id()
     user_pin, mnt_pin = state.pin_paths(state_dir, job.job_id)
     userns = job.user.uid != 0
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
@@ -130,6 +179,7 @@ def pin_namespaces(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: s
                 # After a uid change /proc/self belongs to root; writing uid_map needs this.
                 set_dumpable(True)
                 namespace.unshare(userns=True, net_none=False)
+            outrank(pinner_id)  # before the binds, so they are made in the final namespace
             sources = [fs.reopen(handles[b.tree], b.child, ident)
                        for b, ident in zip(plan.binds, expected, strict=True)]
             for (fd, path), b in zip(sources, plan.binds, strict=True):
@@ -150,12 +200,17 @@ def pin_namespaces(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: s
         if reply != "ok":
             raise JobnsError(reply or "set up namespace: the namespace holder died")
         pins: dict[str, object] = {"user": None, "mnt": mnt_pin}
-        if userns:
-            _make_pin(user_pin)
-            libc.mount(f"/proc/{pid}/ns/user", user_pin, None, libc.MS_BIND)
-            pins["user"] = user_pin
-        _make_pin(mnt_pin)
-        libc.mount(f"/proc/{pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
+        try:
+            if userns:
+                _make_pin(user_pin)
+                libc.mount(f"/proc/{pid}/ns/user", user_pin, None, libc.MS_BIND)
+                pins["user"] = user_pin
+            _make_pin(mnt_pin)
+            libc.mount(f"/proc/{pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
+        except OSError as e:
+            unpin({"user": pins["user"]})  # never leave half a pin behind
+            raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}"
+                             ) from None
         st = os.stat(mnt_pin)
         pins["mnt_dev"], pins["mnt_ino"] = st.st_dev, st.st_ino
         return pins

@@ -305,6 +305,56 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                      'type': 'string'}},
                         'title': 'jobns site configuration (/etc/jobns/jobns.toml)',
                         'type': 'object'},
+ 'hooks-d.schema.json': {'$id': 'https://jobns.invalid/schemas/hooks-d.schema.json',
+                         '$schema': 'https://json-schema.org/draft/2020-12/schema',
+                         'additionalProperties': False,
+                         'properties': {'hook': {'additionalProperties': False,
+                                                 'properties': {'args': {'items': {'type': 'string'},
+                                                                         'type': 'array'},
+                                                                'env': {'items': {'type': 'string'},
+                                                                        'type': 'array'},
+                                                                'path': {'description': 'Absolute '
+                                                                                        'path of '
+                                                                                        'the '
+                                                                                        'program; '
+                                                                                        'args[0] '
+                                                                                        'is its '
+                                                                                        'argv[0].',
+                                                                         'minLength': 2,
+                                                                         'pattern': '^/',
+                                                                         'type': 'string'},
+                                                                'timeout': {'minimum': 1,
+                                                                            'type': 'integer'}},
+                                                 'required': ['path'],
+                                                 'type': 'object'},
+                                        'stages': {'items': {'enum': ['prestart',
+                                                                      'createRuntime',
+                                                                      'createContainer',
+                                                                      'startContainer',
+                                                                      'poststart',
+                                                                      'poststop']},
+                                                   'minItems': 1,
+                                                   'type': 'array'},
+                                        'version': {'const': '1.0.0'},
+                                        'when': {'additionalProperties': False,
+                                                 'properties': {'always': {'type': 'boolean'},
+                                                                'annotations': {'additionalProperties': {'type': 'string'},
+                                                                                'description': 'Regular '
+                                                                                               'expressions: '
+                                                                                               'key '
+                                                                                               'pattern '
+                                                                                               '-> '
+                                                                                               'value '
+                                                                                               'pattern.',
+                                                                                'type': 'object'},
+                                                                'commands': {'items': {'type': 'string'},
+                                                                             'type': 'array'},
+                                                                'hasBindMounts': {'type': 'boolean'}},
+                                                 'type': 'object'}},
+                         'required': ['version', 'hook', 'when', 'stages'],
+                         'title': 'An oci-hooks 1.0.0 file, as Podman/CRI-O read from a hooks.d '
+                                  'directory (oci-hooks(5))',
+                         'type': 'object'},
  'job-state.schema.json': {'$defs': {'copy': {'additionalProperties': False,
                                               'properties': {'destination': {'minLength': 1,
                                                                              'type': 'string'},
@@ -467,4 +517,38 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                         'teardown_failures',
                                         'history'],
                            'title': 'jobns persisted job state (<state_dir>/jobs/<id>/state.json)',
+                           'type': 'object'},
+ 'oci-state.schema.json': {'$id': 'https://jobns.invalid/schemas/oci-state.schema.json',
+                           '$schema': 'https://json-schema.org/draft/2020-12/schema',
+                           'anyOf': [{'required': ['bundle']}, {'required': ['bundlePath']}],
+                           'description': 'Runtimes add their own keys (crun: root), so unknown '
+                                          'keys are allowed. Older runtimes name the bundle '
+                                          'bundlePath; jobns needs one of the two.',
+                           'properties': {'annotations': {'additionalProperties': {'type': 'string'},
+                                                          'type': 'object'},
+                                          'bundle': {'maxLength': 4096,
+                                                     'minLength': 1,
+                                                     'type': 'string'},
+                                          'bundlePath': {'maxLength': 4096,
+                                                         'minLength': 1,
+                                                         'type': 'string'},
+                                          'id': {'maxLength': 1024,
+                                                 'minLength': 1,
+                                                 'type': 'string'},
+                                          'ociVersion': {'maxLength': 256,
+                                                         'minLength': 1,
+                                                         'type': 'string'},
+                                          'pid': {'description': "Host pid of the container's "
+                                                                 'init; absent or 0 once stopped.',
+                                                  'maximum': 4194304,
+                                                  'minimum': 0,
+                                                  'type': 'integer'},
+                                          'status': {'enum': ['creating',
+                                                              'created',
+                                                              'running',
+                                                              'stopped',
+                                                              'paused']}},
+                           'required': ['ociVersion', 'id', 'status'],
+                           'title': "OCI runtime state, as a runtime writes it to a hook's stdin "
+                                    '(runtime-spec runtime.md#state)',
                            'type': 'object'}}

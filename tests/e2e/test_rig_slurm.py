@@ -1,29 +1,128 @@
-"""A Slurm 22.05 cluster in the rig (controller ctl, computes node1 and node2).
+"""jobns deployed on a Slurm 22.05 cluster in the rig: controller ctl, computes node1, node2.
 
-Here jobns is only the task wrapper (`srun jobns run -- ...`), run by alice's own
-tasks: the unprivileged mode. Prolog/epilog integration (`jobns setup/teardown`)
-is a follow-up on top of this fixture.
+Deployed as README "Deploying on a Slurm cluster" says (containers/slurm.py, jobns=True):
+Prolog=/etc/jobns/slurm/prolog (`jobns setup`), Epilog=/etc/jobns/slurm/epilog (`jobns
+teardown`), PrologFlags=Alloc, the scripts byte for byte from ci/slurm/; every task is
+`srun jobns run -- CMD`; per-job options travel in `sbatch --comment "jobns: ..."`. All
+jobs are submitted by the ordinary user alice. After every job, no node keeps anything of
+it: no /tmp/job-*, /dev/shm/job-*, nothing under /run/jobns/jobs, no new mount (no nsfs
+pin, no bind) in the node's mount table, and the node is idle again, not drained (a
+failed prolog or epilog drains it).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from containers.rig import Rig
-from containers.slurm import SlurmCluster, render_conf
+from containers.rig import Node, Rig
+from containers.slurm import CI_SLURM, FINAL, WORK, SlurmCluster, render_conf
 
 pytestmark = pytest.mark.docker
+
+COMPUTES = ("node1", "node2")
+STATE = "/run/jobns"                  # jobns' state_dir (the default)
+JOBS = f"{STATE}/jobs"
+SHARED = "/lustre/jobns"              # shared_base in the rig's jobns.toml
+ALICE = "alice"
+ALICE_UID = "1001"
+# each compute node's mount table before any job: jobns may add only its state_dir bind
+BASELINE: dict[str, dict[str, str]] = {}
+
+
+def mountpoints(node: Node) -> dict[str, str]:
+    """Mount point -> file system type, from the node's (and slurmd's) mount table."""
+    text = node.exec(["cat", "/proc/self/mountinfo"]).check("read mountinfo").stdout
+    found = {}
+    for line in text.splitlines():
+        fields, _, rest = line.partition(" - ")
+        found[fields.split()[4]] = rest.split()[0]
+    return found
 
 
 @pytest.fixture(scope="module")
 def slurm(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
-    with Rig(rig_image, hostnames=["ctl", "node1", "node2"], client=docker_client) as rig:
-        cluster = SlurmCluster(rig, "ctl", ["node1", "node2"])
+    t0 = time.monotonic()
+    # kill_wait 2 (jobns) matches KillWait=2 (Slurm): a task ignoring SIGTERM dies in 2 s
+    with Rig(rig_image, hostnames=["ctl", *COMPUTES], client=docker_client,
+             config={"kill_wait": 2}) as rig:
+        cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True)
         cluster.start()
+        cluster.timings["up"] = time.monotonic() - t0
+        rig.log(f"slurm rig up in {cluster.timings['up']:.1f}s (nodes {rig.timings['start']:.1f}s,"
+                f" Slurm {cluster.timings['start']:.1f}s)")
+        BASELINE.clear()
+        BASELINE.update({n.hostname: mountpoints(n) for n in cluster.computes})
         yield cluster
+
+
+@pytest.fixture(autouse=True)
+def nodes_usable(request: pytest.FixtureRequest) -> None:
+    """A node drained by an earlier test's job fails the next test at once (naming the
+    reason Slurm recorded) instead of letting its job wait for the node until a timeout."""
+    if "slurm" not in request.fixturenames:
+        return
+    cluster: SlurmCluster = request.getfixturevalue("slurm")
+    bad = cluster.unusable()
+    if bad:
+        pytest.fail(f"Slurm does not use {bad} (an earlier job's prolog or epilog failed; "
+                    f"see the first failure)\n{cluster.logs()}", pytrace=False)
+
+
+def leftovers(cluster: SlurmCluster, job_id: str | None = None, *,
+              keep_shared: bool = False) -> list[str]:
+    """What any job left on a node, and job_id's (any job's) tree on the shared volume;
+    [] when clean."""
+    found: list[str] = []
+    for n in cluster.computes:
+        r = n.sh(f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/who {JOBS}/* "
+                 "2>/dev/null; true")
+        found += [f"{n.hostname}: {p}" for p in r.stdout.split()]
+        before = BASELINE[n.hostname]
+        for point, fstype in mountpoints(n).items():
+            if fstype == "nsfs" or (point not in before and point != STATE):
+                found.append(f"{n.hostname}: mount {point} ({fstype})")
+    if not keep_shared:
+        pattern = f"{SHARED}/job-{job_id}" if job_id else f"{SHARED}/*"
+        r = cluster.controller.sh(f"ls -d {pattern} 2>/dev/null; true")
+        found += [f"shared volume: {p}" for p in r.stdout.split()]
+    states = cluster.node_states()
+    found += [f"{h}: Slurm state {states.get(h)}" for h in COMPUTES if states.get(h) != "idle"]
+    return found
+
+
+def assert_no_trace(cluster: SlurmCluster, job_id: str, *, keep_shared: bool = False,
+                    timeout: float = 60) -> None:
+    """Wait until Slurm is done with the job (epilogs included) and its state is gone on
+    every node, then check that nothing of it is left anywhere."""
+    deadline = time.monotonic() + timeout
+    while True:
+        queued = cluster.in_queue(job_id)
+        state = [n.hostname for n in cluster.computes
+                 if n.exec(["test", "-e", f"{JOBS}/{job_id}"]).exit_code == 0]
+        left = [] if queued or state else leftovers(cluster, job_id, keep_shared=keep_shared)
+        if not (queued or state or left):
+            return
+        if time.monotonic() > deadline or (not queued and cluster.unusable()):
+            what = (["still in squeue"] if queued else []) + [f"{h}: {JOBS}/{job_id}"
+                                                               for h in state] + left
+            pytest.fail(f"job {job_id}: after {timeout:g}s: {what}\n"
+                        f"--- job output\n{cluster.output(job_id)}{cluster.logs()}",
+                        pytrace=False)
+        time.sleep(0.25)
+
+
+def by_step(output: str) -> dict[tuple[str, str], list[str]]:
+    """Lines `STEP HOST WORDS...` -> {(STEP, HOST): WORDS}."""
+    lines = {}
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].startswith("step"):
+            lines[(words[0], words[1])] = words[2:]
+    return lines
 
 
 def test_render_conf_lists_controller_nodes_and_extra() -> None:
@@ -34,19 +133,191 @@ def test_render_conf_lists_controller_nodes_and_extra() -> None:
     assert "PrologFlags=Alloc\n" in conf
 
 
+def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster) -> None:
+    conf = slurm.controller.exec(["scontrol", "show", "config"]).check("scontrol").stdout
+    settings = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in
+                                                      conf.splitlines())}
+    assert settings["Prolog"] == "/etc/jobns/slurm/prolog"
+    assert settings["Epilog"] == "/etc/jobns/slurm/epilog"
+    assert "Alloc" in settings["PrologFlags"]
+    for n in slurm.computes:
+        for name in ("prolog", "epilog"):
+            path = f"/etc/jobns/slurm/{name}"
+            r = n.exec(["stat", "-c", "%U %a", path]).check(f"stat {path}")
+            assert r.stdout.strip() == "root 755", (n, path)
+            # the tested copies from ci/slurm, byte for byte
+            text = n.exec(["cat", path]).check(f"cat {path}").stdout
+            assert text == (CI_SLURM / name).read_text(), (n, path)
+
+
 def test_srun_runs_on_both_nodes_as_alice(slurm: SlurmCluster) -> None:
-    r = slurm.controller.exec(["su", "alice", "-c", "srun -N2 sh -c 'echo $(id -u) $(hostname)'"])
-    assert sorted(r.check("srun as alice").stdout.splitlines()) == ["1001 node1", "1001 node2"]
+    r = slurm.controller.exec(["su", ALICE, "-c",
+                               f"cd {WORK} && srun -N2 sh -c 'echo $(id -u) $(hostname)'"])
+    assert sorted(r.check("srun as alice").stdout.splitlines()) == [
+        f"{ALICE_UID} node1", f"{ALICE_UID} node2"]
 
 
-def test_srun_jobns_per_node_uses_the_slurm_job_id(slurm: SlurmCluster) -> None:
+def test_srun_comment_per_node_uses_the_slurm_job_id(slurm: SlurmCluster) -> None:
+    """An interactive srun gets its own allocation: the prolog sets it up from the
+    comment, the tasks see $SLURM_JOB_ID's per-node tree; the epilog removes it."""
     script = ('touch /tmp/from-$(hostname) && '
               'test -e /lustre/jobns/job-$SLURM_JOB_ID/$(hostname)/tmp/from-$(hostname) && '
               'echo $SLURM_JOB_ID')
-    cmd = f"srun -N2 jobns run --use-shared-tmpdir=per-node -- sh -c '{script}'"
-    r = slurm.controller.exec(["su", "alice", "-c", cmd]).check("srun jobns run")
+    cmd = (f"cd {WORK} && srun -N2 --comment='jobns: shared_tmpdir=per-node' "
+           f"jobns run -- sh -c '{script}'")
+    r = slurm.controller.exec(["su", ALICE, "-c", cmd]).check("srun jobns run")
     ids = set(r.stdout.split())
     assert len(ids) == 1, r.stdout
-    job_id = ids.pop()
-    left = slurm.controller.exec(["ls", "-A", "/lustre/jobns"]).check("ls").stdout.split()
-    assert [n for n in left if f"job-{job_id}" in n] == []
+    assert_no_trace(slurm, ids.pop())
+
+
+TWO_STEPS = """\
+#!/bin/sh
+#SBATCH -N2
+# step 1 writes its node's name into the job's /tmp; step 2 (a new srun) reads it back
+srun -N2 jobns run -- sh -c 'hostname > /tmp/who; \
+echo step1 $(hostname) $(id -u) $(readlink /proc/self/ns/mnt) $TMPDIR'
+srun -N2 jobns run -- sh -c 'echo step2 $(hostname) $(cat /tmp/who) $(readlink /proc/self/ns/mnt)'
+"""
+
+
+def check_two_steps(slurm: SlurmCluster, job_id: str) -> None:
+    out = slurm.output(job_id)
+    steps = by_step(out)
+    assert set(steps) == {(s, h) for h in COMPUTES for s in ("step1", "step2")}, out
+    namespaces = set()
+    for host in COMPUTES:
+        uid, ns1, tmpdir = steps[("step1", host)]
+        who, ns2 = steps[("step2", host)]
+        assert uid == ALICE_UID, out          # slurmstepd ran alice's task as alice
+        assert who == host, out               # each node's task sees ITS node's /tmp
+        assert ns1 == ns2, out                # both steps on a node: one namespace
+        assert tmpdir == "/tmp", out
+        node_ns = slurm.rig.node(host).exec(["readlink", "/proc/1/ns/mnt"]).stdout.strip()
+        assert ns1 != node_ns, out            # ... which is not the node's own
+        namespaces.add(ns1)
+    assert len(namespaces) == len(COMPUTES), out
+
+
+def test_two_node_job_each_node_keeps_its_own_tmp_across_steps(slurm: SlurmCluster) -> None:
+    job_id = slurm.sbatch(ALICE, TWO_STEPS)
+    check_two_steps(slurm, job_id)
+    assert_no_trace(slurm, job_id)
+
+
+def test_comment_per_node_no_rm_keeps_each_nodes_tmp_on_the_volume(slurm: SlurmCluster
+                                                                   ) -> None:
+    job_id = slurm.sbatch(ALICE, TWO_STEPS, "--comment=jobns: shared_tmpdir=per-node; "
+                                            "no_rm_tmpdir")
+    check_two_steps(slurm, job_id)
+    assert_no_trace(slurm, job_id, keep_shared=True)
+    top = f"{SHARED}/job-{job_id}"
+    try:
+        for host in COMPUTES:
+            r = slurm.controller.exec(["stat", "-c", "%u", f"{top}/{host}/tmp/who"])
+            assert r.stdout.strip() == ALICE_UID, r
+            who = slurm.controller.exec(["cat", f"{top}/{host}/tmp/who"]).check("cat who")
+            assert who.stdout.strip() == host
+        listing = slurm.controller.exec(["ls", "-A", top]).check(f"ls {top}").stdout.split()
+        assert sorted(listing) == sorted(COMPUTES)
+    finally:
+        slurm.controller.exec(["rm", "-rf", "--one-file-system", top])
+
+
+# A task that ignores SIGTERM, plus an escapee (double fork + setsid, re-parented to the
+# node's init) that proctrack/linuxproc (descendants of slurmstepd) no longer finds;
+# jobns finds processes by the job's mount namespace and SIGKILLs them after kill_wait.
+# (The same script without jobns leaves the job COMPLETING for more than 30 s.)
+STUBBORN = """\
+#!/bin/sh
+trap '' TERM
+f=/lustre/slurm/pids-$SLURM_JOB_ID-$(hostname)
+( setsid sh -c 'echo $$ >> "$1"; exec sleep 600' sh "$f" & )
+echo $$ >> "$f"
+while :; do sleep 0.2; done
+"""
+
+
+def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) -> None:
+    slurm.controller.put_file(f"{WORK}/stubborn.sh", STUBBORN, mode=0o755)
+    job_id = slurm.sbatch(ALICE, f"#!/bin/sh\n#SBATCH -N2\nsrun -N2 jobns run -- "
+                                 f"{WORK}/stubborn.sh\n", wait=False)
+    pids: dict[str, list[str]] = {}
+    deadline = time.monotonic() + 60
+    while len(pids) < len(COMPUTES):
+        for host in COMPUTES:
+            r = slurm.controller.exec(["cat", f"{WORK}/pids-{job_id}-{host}"])
+            if len(r.stdout.split()) == 2:
+                pids[host] = r.stdout.split()
+        bad = slurm.unusable()
+        if bad or time.monotonic() > deadline or slurm.job_state(job_id)[0] in FINAL:
+            slurm.scancel(job_id)
+            pytest.fail(f"job {job_id}: tasks did not start on both nodes: {pids}; Slurm "
+                        f"does not use {bad}\n{slurm.output(job_id)}{slurm.logs()}",
+                        pytrace=False)
+        time.sleep(0.2)
+    for host, ps in pids.items():
+        n = slurm.rig.node(host)
+        # both processes live in the namespace the prolog pinned on this node
+        pin = n.exec(["stat", "-L", "-c", "%i", f"{JOBS}/{job_id}/ns/mnt"]).check("pin")
+        for pid in ps:
+            ns = n.exec(["readlink", f"/proc/{pid}/ns/mnt"]).check(f"ns of {pid}")
+            assert ns.stdout.strip() == f"mnt:[{pin.stdout.strip()}]", (host, pid)
+    t0 = time.monotonic()
+    slurm.scancel(job_id)
+    assert_no_trace(slurm, job_id)
+    took = time.monotonic() - t0
+    for host, ps in pids.items():
+        # gone, not even a zombie: the node's init (docker-init) reaps the escapee
+        alive = slurm.rig.node(host).sh(
+            'for i in $(seq 50); do left=""; for p; do [ ! -e /proc/$p ] || left="$left $p"; '
+            'done; [ -z "$left" ] && exit 0; sleep 0.1; done; echo $left', *ps)
+        assert alive.stdout.split() == [], f"{host}: survived scancel: {alive.stdout}"
+    assert took < 30, f"scancel to clean took {took:.1f}s"
+
+
+def test_finally_no_node_keeps_anything_of_any_job(slurm: SlurmCluster) -> None:
+    """After all the jobs above (this module runs in file order)."""
+    assert leftovers(slurm) == []
+    assert slurm.controller.exec(["squeue", "-h"]).check("squeue").stdout.strip() == ""
+
+
+# Linux 6.18 gives mount namespaces ids from per-CPU batches (gen_cookie_next) and
+# still refuses, as a "mount namespace loop", to bind-mount /proc/PID/ns/mnt when the
+# caller's mount namespace id is >= the target's (fs/namespace.c mnt_ns_loop). A
+# namespace made later on another CPU can have the smaller id, so `jobns setup` run
+# from any mount namespace but the host's first one (slurmd in a container, a systemd
+# unit with PrivateTmp=...) fails at random with EINVAL pinning the job's namespace.
+# Made deterministic here: CPU 1 is driven onto a fresh batch of ids (4200 unshares >
+# the batch of 4096), a mount namespace made there (like a container's) runs `jobns
+# setup` on CPU 0, whose batch is older, so the holder's namespace gets the smaller id.
+BURN = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for _ in range(4200):
+    if libc.unshare(0x00020000) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+"""
+SETUP_ON_CPU0 = """\
+taskset -p -c 0 $$ >/dev/null
+jobns setup --job-id 7 --user alice; echo "setup exit $?"
+grep -c nsfs /proc/self/mountinfo | sed 's/^/pins while set up: /'
+jobns teardown --job-id 7; echo "teardown exit $?"
+grep nsfs /proc/self/mountinfo | sed 's/^/left: /'
+ls -A /run/jobns/jobs | sed 's/^/left: /'
+"""
+
+
+def test_setup_pins_the_job_whatever_cpu_made_its_namespace(docker_client: Any,
+                                                            rig_image: str) -> None:
+    with Rig(rig_image, 1, client=docker_client) as rig:
+        node = rig.nodes[0]
+        cpus = node.exec(["nproc"]).check("nproc").stdout.strip()
+        assert int(cpus) >= 2, f"needs two CPUs to make two batches of ids, not {cpus}"
+        node.exec(["taskset", "-c", "1", "/usr/bin/python3", "-c", BURN]).check("burn ids")
+        r = node.exec(["taskset", "-c", "1", "unshare", "--mount", "--propagation", "private",
+                       "sh", "-c", SETUP_ON_CPU0])
+        out = r.stdout + r.stderr
+        assert "setup exit 0" in r.stdout and "teardown exit 0" in r.stdout, out
+        assert "left: " not in r.stdout, out
+        assert "pins while set up: 2" in r.stdout, out  # the user and the mount pin

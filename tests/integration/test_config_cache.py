@@ -22,7 +22,7 @@ def imports_of_run(box: Sandbox, user: OsUser | None) -> str:
     r = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=box.env(user, None),
                        timeout=60, check=False, **creds)
     assert r.returncode == 0, r.stderr[-2000:]
-    return r.stderr
+    return str(r.stderr)
 
 
 def test_users_task_reads_roots_cache_not_toml(sandbox: Sandbox, users: list[OsUser]) -> None:

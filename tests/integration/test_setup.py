@@ -78,17 +78,22 @@ def test_64_concurrent_tasks_land_in_one_namespace(sandbox: Sandbox,
     alice = users[0]
     setup(sandbox, "300", "--user", alice.name)
     n = 64
-    script = (f"touch /tmp/task-$SLURM_PROCID /dev/shm/seg-$SLURM_PROCID; "
-              f"while [ $(ls /tmp | grep -c task-) -lt {n} ]; do sleep 0.05; done; "
-              f"while [ $(ls /dev/shm | grep -c seg-) -lt {n} ]; do sleep 0.05; done; "
+    # Each task waits (bounded) until all 64 files exist: proof they share /tmp and /dev/shm.
+    script = (f"touch /tmp/task-$SLURM_PROCID /dev/shm/seg-$SLURM_PROCID; i=0; "
+              f"while [ $(ls /tmp | grep -c task-) -lt {n} ] || "
+              f"[ $(ls /dev/shm | grep -c seg-) -lt {n} ]; do "
+              "i=$((i+1)); [ $i -gt 1200 ] && exit 9; sleep 0.05; done; "
               "readlink /proc/self/ns/mnt")
     procs = [sandbox.popen(["run", "--job-id", "300", "--", "sh", "-c", script], user=alice,
                            env={"SLURM_PROCID": str(i), "SLURM_STEP_ID": "0"},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(n)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:  # never leave 64 spinning tasks behind a failed assertion
+            p.kill()
     assert [p.returncode for p in procs] == [0] * n, [e for _, e in outs if e][:3]
     assert len({o.strip() for o, _ in outs}) == 1  # one namespace for all 64
-    # Every task got its own PMIx process directory, under one namespace directory.
     ranks = sorted(os.listdir(sandbox.local / "job-300/tmp/pmix/slurm.pmix.300.0"), key=int)
     assert ranks == [str(i) for i in range(n)]
     teardown(sandbox, "300")

@@ -1,0 +1,210 @@
+"""`jobns hook [STAGE]`: the OCI hook (design: hook/__init__.py).
+
+createRuntime (or prestart): the container's job gets its directories (made, or
+the prolog's reused) and they are bound over <rootfs>/tmp, /var/tmp, /dev/shm in
+the container's mount namespace; a standalone job's container gets a hold.
+poststop: the container's hold is released; the last user removes the trees.
+
+A failure is one line on stderr (`jobns: ...`, all a runtime shows of a hook)
+and exit status 125, which aborts the container; whatever this call made is
+undone first.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hook import holds
+from hook import state as oci
+from launcher import config as config_mod
+from launcher.errors import JobnsError
+from launcher.job import safe_component
+
+# poststop needs none of what follows (ctypes alone is ~2.5 ms of a ~12 ms start);
+# createRuntime imports it in create().
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
+if TYPE_CHECKING:
+    from hook.bundle import Bundle
+    from launcher.config import Config
+    from launcher.fs import TreeHandle
+    from launcher.job import Job
+    from launcher.plan import Plan
+    from launcher.run import Options
+    from launcher.state import JobLock
+
+
+def main(opts: Options, command: list[str]) -> int:
+    if len(command) > 1:
+        raise JobnsError(f"jobns hook: one STAGE at most, not {' '.join(command)!r} (usage: "
+                         "jobns hook [createRuntime|prestart|poststop] < STATE)")
+    if os.geteuid() != 0:
+        raise JobnsError("jobns hook must run as root (rootful runc, crun and Podman run hooks "
+                         "as root); for rootless containers use a prolog (jobns setup) and "
+                         "jobns oci-config")
+    st = oci.parse(oci.read_stdin())
+    stage = oci.stage_for(command[0] if command else None, st.status)
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None,
+                             dict(os.environ))
+    cid = safe_component(st.id, "container id", "name the container with letters, digits, "
+                         "'.', '_', '-'")
+    if stage == oci.POSTSTOP:
+        poststop(config, st.bundle, cid)
+    else:
+        create(config, st, cid)
+    return 0
+
+
+def create(config: Config, st: oci.OciState, cid: str) -> None:
+    from hook import bundle as bundle_mod
+    from hook import identity, mounts
+    from launcher import state
+
+    if st.pid <= 0:
+        raise JobnsError(f"createRuntime hook of container {cid}: the OCI state has no pid; "
+                         "run jobns as a createRuntime or prestart hook")
+    b = bundle_mod.load(st.bundle)
+    # The state's annotations are the runtime's word; config.json's the bundle author's.
+    job, named = identity.job_of({**b.annotations, **st.annotations}, b, cid)
+    try:
+        pidfd = os.pidfd_open(st.pid)
+    except OSError as e:
+        raise JobnsError(f"createRuntime hook of container {cid}: pid {st.pid}: "
+                         f"{e.strerror}") from None
+    try:
+        ns_fd = mounts.open_namespace(st.pid, cid)
+        try:
+            state.ensure_state_dir(config.state_dir)
+            held = holds.live(config.state_dir, job.job_id, cid)
+            if held is not None and held.get("pid") != str(st.pid):
+                # An earlier container with this id, whose holder is finishing; not under
+                # the JobLock, which that holder takes to retire its hold.
+                holds.wait_gone(config.state_dir, job.job_id, cid)
+                held = None
+            with state.JobLock(config.state_dir, job.job_id) as lock:
+                _create_locked(config, st, cid, job, named, b, pidfd, ns_fd, lock,
+                               held is not None)
+        finally:
+            os.close(ns_fd)
+    finally:
+        os.close(pidfd)
+
+
+def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: bool,
+                   b: Bundle, pidfd: int, ns_fd: int, lock: JobLock, held: bool) -> None:
+    from hook import mounts
+    from launcher.plan import build
+
+    ns_path = f"/proc/{st.pid}/ns/mnt"
+    record = recorded(config.state_dir, job.job_id)
+    if record is not None:
+        # Set up by a prolog: its trees, verified, never removed here (the epilog's).
+        plan = recorded_plan(config, job, named, f"container {cid}", record)
+        uid, gid = plan.owner
+        handles = acquire_all(plan, uid, gid, create=False, lock=False)
+        try:
+            mounts.apply(ns_fd, ns_path, b.rootfs, plan, handles)
+        finally:
+            for h in handles:
+                h.close()
+        return
+    plan = build(config, job)
+    uid, gid = plan.owner
+    # Share-locked like a `jobns run` task's: a finishing task cannot remove them now.
+    handles = acquire_all(plan, uid, gid, create=True, lock=True)
+    pending = None
+    try:
+        if not held:  # else: a second createRuntime/prestart call of the same container
+            pending = holds.prepare(config.state_dir, job, cid, st.pid, st.bundle)
+        mounts.apply(ns_fd, ns_path, b.rootfs, plan, handles)
+        if pending is not None:
+            pending.commit(handles, pidfd)
+    except BaseException:
+        if pending is not None:
+            pending.abort()
+        drop(handles)
+        if holds.unused(config.state_dir, job.job_id):
+            lock.release_and_remove()
+        raise
+    for h in handles:
+        h.close()  # the holder has its own copies (and with them the share locks)
+
+
+def recorded(state_dir: str, job_id: str) -> dict[str, object] | None:
+    """The prolog's record of the job, if any (a stat first: read_record imports json)."""
+    from launcher import state
+
+    if not os.path.exists(f"{state.job_dir(state_dir, job_id)}/{state.STATE}"):
+        return None
+    return state.read_record(state_dir, job_id)
+
+
+def recorded_plan(config: Config, job: Job, named: bool, who: str,
+                  record: dict[str, object]) -> Plan:
+    """The plan of a job a prolog set up: its recorded trees and owner. `who` (the
+    container or bundle) is for messages."""
+    from hook import identity
+    from launcher.job import Job, User
+    from launcher.plan import build
+    from launcher.setup import tree_from_record
+
+    if record["state"] != "running":
+        raise JobnsError(f"{who}: job {job.job_id} is {record['state']} on this node "
+                         "(its prolog did not finish, or its epilog runs); wait, or clean it "
+                         f"up with jobns teardown --job-id {job.job_id}")
+    rec_user = record["user"]
+    assert isinstance(rec_user, dict)
+    uid, gid = int(rec_user["uid"]), int(rec_user["gid"])
+    if named and job.user.uid != uid:
+        raise JobnsError(f"{who}: job {job.job_id} was set up for uid {uid}, not for "
+                         f"{job.user.name} (uid {job.user.uid}); fix annotation "
+                         f"{identity.USER} (or SLURM_JOB_USER)")
+    owner = User(str(rec_user["name"]), uid, gid, (gid,), "/")
+    rec_job = Job(job.job_id, owner, str(record["hostname"]), str(record["layout"]),
+                  bool(record["no_rm_tmpdir"]))
+    plan = build(config, rec_job)
+    trees = record["trees"]
+    assert isinstance(trees, list)
+    # The record is the truth about where the trees are, even if the config changed since.
+    plan.trees = [tree_from_record(t) for t in trees]
+    if len(plan.trees) != 2:
+        raise JobnsError(f"read job state of {job.job_id}: {len(plan.trees)} trees recorded, "
+                         "expected 2 (jobns teardown, then setup)")
+    return plan
+
+
+def acquire_all(plan: Plan, uid: int, gid: int, create: bool, lock: bool
+                ) -> list[TreeHandle]:
+    from launcher import fs
+
+    handles: list[TreeHandle] = []
+    try:
+        for tree in plan.trees:
+            handles.append(fs.acquire_tree(tree, uid, gid, create=create, lock=lock))
+    except BaseException:
+        drop(handles)
+        raise
+    return handles
+
+
+def drop(handles: list[TreeHandle]) -> list[str]:
+    """Undo acquire_all: remove the trees it made (unless another task joined them
+    meanwhile), close the others."""
+    from launcher import fs
+
+    errors: list[str] = []
+    for h in handles:
+        if h.created:
+            errors += fs.release_tree(h)
+        else:
+            h.close()
+    return errors
+
+
+def poststop(config: Config, bundle: str, cid: str) -> None:
+    errors: list[str] = []
+    for job_id in holds.find(config.state_dir, cid, bundle):
+        errors += holds.release(config.state_dir, job_id, cid, config)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise JobnsError(f"poststop hook of container {cid}: {errors[0]}{more}")

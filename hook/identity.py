@@ -1,0 +1,120 @@
+"""Which job a container belongs to, and its options, from annotations and its environment.
+
+  annotation                value                         fallback
+  org.jobns.job-id          the job id                    SLURM_JOB_ID in process.env,
+                                                          else the container id
+  org.jobns.user            user name or uid (host's)     SLURM_JOB_USER, SLURM_JOB_UID in
+                                                          process.env, else process.user
+                                                          (mapped through the container's
+                                                          user namespace to the host uid)
+  org.jobns.shared-tmpdir   "" or "shared" | "per-node"   unset: node-local directories
+  org.jobns.no-rm-tmpdir    "true" | "false"              false
+
+`jobns oci-config` flags (--job-id, --user, --use-shared-tmpdir, --no-rm-tmpdir)
+take precedence over all of these. Every value is validated here, before it
+becomes a path component or an owner (root runs this).
+"""
+
+from __future__ import annotations
+
+from launcher.errors import JobnsError
+from launcher.job import (
+    Job,
+    User,
+    hostname,
+    layout_from,
+    lookup_user,
+    pmix_identity,
+    safe_component,
+)
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
+if TYPE_CHECKING:
+    from hook.bundle import Bundle
+
+JOB_ID = "org.jobns.job-id"
+USER = "org.jobns.user"
+SHARED = "org.jobns.shared-tmpdir"
+NO_RM = "org.jobns.no-rm-tmpdir"
+ALL = (JOB_ID, USER, SHARED, NO_RM)
+SAFE_FIX = "use letters, digits, '.', '_', '-'"
+
+
+def job_id_of(annotations: dict[str, str], env: dict[str, str], container_id: str | None,
+              flag: str | None = None) -> str:
+    for value, what in ((flag, "--job-id"), (annotations.get(JOB_ID), f"annotation {JOB_ID}"),
+                        (env.get("SLURM_JOB_ID"), "SLURM_JOB_ID in the container's process.env"),
+                        (container_id, "container id (no job id given)")):
+        if value is not None:
+            return safe_component(value, what, f"{SAFE_FIX}, or set annotation {JOB_ID}")
+    raise JobnsError(f"no job id: pass --job-id, or set annotation {JOB_ID} or SLURM_JOB_ID in "
+                     "the bundle's process.env")
+
+
+def user_of(annotations: dict[str, str], env: dict[str, str], bundle: Bundle,
+            flag: str | None = None) -> tuple[User, bool]:
+    """The job user, and whether it was named (rather than taken from process.user)."""
+    for value, what in ((flag, "--user"), (annotations.get(USER), f"annotation {USER}"),
+                        (env.get("SLURM_JOB_USER"), "SLURM_JOB_USER in process.env"),
+                        (env.get("SLURM_JOB_UID"), "SLURM_JOB_UID in process.env")):
+        if value:
+            try:
+                return lookup_user(value), True
+            except JobnsError:
+                raise JobnsError(f"look up user {value!r} from {what}: no such user on this "
+                                 "host; name a user (or uid) known here") from None
+    uid, gid = bundle.process_ids()
+    return _unnamed(uid, gid), False
+
+
+def _unnamed(uid: int, gid: int) -> User:
+    # The container's uid need not exist in the host's passwd: only ids are needed
+    # (jobns does not switch to this user; the runtime does).
+    import pwd
+
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return User(name, uid, gid, (gid,), "/")
+
+
+def layout_of(annotations: dict[str, str], flag: str | None = None) -> str:
+    if flag is not None:
+        return layout_from(flag)
+    value = annotations.get(SHARED)
+    try:
+        return layout_from(value)
+    except JobnsError:
+        raise JobnsError(f"annotation {SHARED}={value!r}: expected '', 'shared' or "
+                         "'per-node' (or no annotation for node-local directories)") from None
+
+
+def no_rm_of(annotations: dict[str, str], flag: bool = False) -> bool:
+    value = annotations.get(NO_RM, "false")
+    if value not in ("true", "false"):
+        raise JobnsError(f"annotation {NO_RM}={value!r}: expected 'true' or 'false'")
+    return flag or value == "true"
+
+
+def job_of(annotations: dict[str, str], bundle: Bundle, container_id: str | None,
+           flags: dict[str, str | bool | None] | None = None, pmix: bool = False
+           ) -> tuple[Job, bool]:
+    """(the container's job, whether its user was named); flags are oci-config's options.
+
+    pmix: also derive the PMIx namespace and rank from process.env (only oci-config
+    sets the environment; the hook cannot).
+    """
+    flags = flags or {}
+    env = bundle.env
+
+    def flag(name: str) -> str | None:
+        v = flags.get(name)
+        return None if v is None else str(v)
+
+    job_id = job_id_of(annotations, env, container_id, flag("job_id"))
+    user, named = user_of(annotations, env, bundle, flag("user"))
+    nspace, rank = pmix_identity(job_id, env) if pmix else ("", "0")
+    job = Job(job_id, user, hostname(), layout_of(annotations, flag("use_shared_tmpdir")),
+              no_rm_of(annotations, bool(flags.get("no_rm_tmpdir"))), nspace, rank)
+    return job, named

@@ -1,0 +1,167 @@
+"""`jobns oci-config BUNDLE`: let the runtime itself make the job's mounts.
+
+For launchers that prepare bundles (Slurm's oci.conf RunTimeCreate, a site's
+wrapper): config.json gets
+- bind mounts of the job's directories at /tmp, /var/tmp and /dev/shm
+  (rbind,nosuid,nodev), replacing the bundle's own mounts there (runc spec's
+  /dev/shm tmpfs) and placed before any mount beneath them;
+- the job environment (TMPDIR, JOBNS_JOB_ID, PMIx, ARC RUNTIME_*) in process.env;
+- the org.jobns.* annotations, so the hooks find the same job whatever named it;
+- unless a prolog (jobns setup) prepared the job on this node: jobns hook as a
+  createRuntime hook (it registers the container's hold; the directories are
+  already bound by the runtime, which it checks) and a poststop hook (releases
+  it; the job's last user removes the directories). A prolog's job needs neither:
+  its epilog removes the directories, and without hooks the bundle also suits a
+  rootless runtime.
+The directories are made now (a runtime's bind mount needs its source), owned by
+the job user. The rewrite is atomic and idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hook import bundle as bundle_mod
+from hook import identity
+from hook.hook import acquire_all, drop, recorded, recorded_plan
+from launcher import config as config_mod
+from launcher.environment import job_environment
+from launcher.errors import JobnsError
+from launcher.plan import build
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
+if TYPE_CHECKING:
+    from launcher.job import Job
+    from launcher.plan import Plan
+    from launcher.run import Options
+
+MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
+
+
+def main(opts: Options, command: list[str]) -> int:
+    if len(command) != 1:
+        raise JobnsError("jobns oci-config: expected one BUNDLE directory (usage: jobns "
+                         "oci-config [OPTIONS] BUNDLE)")
+    path = os.path.abspath(command[0])
+    b = bundle_mod.load(path)
+    environ = dict(os.environ)
+    config_flag = str(opts["config"]) if opts.get("config") else None
+    config = config_mod.load(config_flag, environ)
+    job, named = identity.job_of(b.annotations, b, None, opts, pmix=True)
+    if os.geteuid() != 0 and job.user.uid != os.geteuid():
+        raise JobnsError(f"jobns oci-config: the job user is {job.user.name} (uid "
+                         f"{job.user.uid}); only root may prepare a bundle for another user")
+    record = recorded(config.state_dir, job.job_id)
+    plan = recorded_plan(config, job, named, f"bundle {path}", record) if record else \
+        build(config, job)
+    hooks = None if record else hook_entries(jobns_program(), config_file(config_flag, environ))
+    new = rewrite(b.doc, binds_of(plan), job_environment(config, job), annotations_of(job, named),
+                  hooks)
+    if opts.get("dry_run"):
+        import json
+
+        print(json.dumps(new, indent=2))
+        return 0
+    uid, gid = plan.owner
+    handles = acquire_all(plan, uid, gid, create=record is None, lock=False)
+    try:
+        bundle_mod.write_doc(path, new)
+    except BaseException:
+        drop(handles)
+        raise
+    for h in handles:
+        h.close()
+    return 0
+
+
+def binds_of(plan: Plan) -> list[tuple[str, str]]:
+    """(target inside the container, host source) of each bind, in the plan's order."""
+    return [(b.target, plan.trees[b.tree].path + (f"/{b.child}" if b.child else ""))
+            for b in plan.binds]
+
+
+def annotations_of(job: Job, named: bool) -> dict[str, str]:
+    out = {identity.JOB_ID: job.job_id}
+    if named:
+        out[identity.USER] = job.user.name
+    if job.layout != "local":
+        out[identity.SHARED] = "per-node" if job.layout == "per-node" else "shared"
+    if job.no_rm:
+        out[identity.NO_RM] = "true"
+    return out
+
+
+def jobns_program() -> str:
+    """The jobns console script of this installation (next to its interpreter)."""
+    path = os.path.join(os.path.dirname(sys.executable), "jobns")
+    if not os.access(path, os.X_OK):
+        raise JobnsError(f"jobns oci-config: no executable {path} to name as the hook; install "
+                         "jobns into a virtual environment (ci/install-python)")
+    return path
+
+
+def config_file(flag: str | None, environ: dict[str, str]) -> str | None:
+    """The config the hooks must read too, when one was named (flag or JOBNS_CONFIG)."""
+    named = flag or environ.get("JOBNS_CONFIG")
+    return os.path.abspath(named) if named else None
+
+
+def hook_entries(program: str, config: str | None) -> dict[str, dict[str, object]]:
+    opts = ["--config", config] if config else []
+    return {stage: {"path": program, "args": ["jobns", "hook", *opts, stage]}
+            for stage in ("createRuntime", "poststop")}
+
+
+def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str, str],
+            annotations: dict[str, str], hooks: dict[str, dict[str, object]] | None
+            ) -> dict[str, object]:
+    """PURE: config.json with the job's mounts, environment, annotations and hooks."""
+    import copy
+
+    new = copy.deepcopy(doc)
+    old_mounts = new.get("mounts", [])
+    if not isinstance(old_mounts, list):
+        raise JobnsError("read config.json: mounts is not a list; fix the bundle")
+    targets = {t for t, _ in binds}
+
+    def dest(m: object) -> str:
+        d = m.get("destination") if isinstance(m, dict) else None
+        return os.path.normpath(d) if isinstance(d, str) and d else ""
+
+    mounts = [m for m in old_mounts if dest(m) not in targets]
+    for target, source in binds:
+        entry: dict[str, object] = {"destination": target, "type": "bind", "source": source,
+                                    "options": list(MOUNT_OPTIONS)}
+        # A mount beneath the target (say /tmp/.X11-unix) must come after ours, or ours
+        # would hide it.
+        at = next((i for i, m in enumerate(mounts) if dest(m).startswith(target + "/")),
+                  len(mounts))
+        mounts.insert(at, entry)
+    new["mounts"] = mounts
+
+    process = new.setdefault("process", {})
+    if not isinstance(process, dict):
+        raise JobnsError("read config.json: process is not an object; fix the bundle")
+    old_env = process.get("env", [])
+    assert isinstance(old_env, list)  # checked by Bundle
+    process["env"] = [e for e in old_env if str(e).partition("=")[0] not in env] + \
+        [f"{k}={v}" for k, v in env.items()]
+
+    ann = new.setdefault("annotations", {})
+    if not isinstance(ann, dict):
+        raise JobnsError("read config.json: annotations is not an object; fix the bundle")
+    ann.update(annotations)
+
+    if hooks:
+        all_hooks = new.setdefault("hooks", {})
+        if not isinstance(all_hooks, dict):
+            raise JobnsError("read config.json: hooks is not an object; fix the bundle")
+        for stage, entry in hooks.items():
+            stage_hooks = all_hooks.setdefault(stage, [])
+            if not isinstance(stage_hooks, list):
+                raise JobnsError(f"read config.json: hooks.{stage} is not a list; fix the "
+                                 "bundle")
+            if entry not in stage_hooks:
+                stage_hooks.append(entry)
+    return new
