@@ -192,6 +192,13 @@ def main(opts: Options, _command: list[str]) -> int:
         except JobnsError as e:
             print(f"jobns gc: job {job_id}: {e}")
             problems += 1
+    if not dry:
+        # Containers whose holder was killed and whose poststop never ran (hook/holds.py).
+        from hook.holds import sweep
+
+        for err in sweep(config.state_dir, config):
+            print(f"jobns gc: {err}")
+            problems += 1
     for tree in unrecorded_trees(config, recorded_paths):
         print(f"{'would remove' if dry else 'removing'} {tree.path} (no job record, unused)")
         if not dry:

@@ -360,17 +360,14 @@ def test_killed_holder_poststop_finishes_the_work(box: Sandbox,
     assert box.leftovers() == [] and holds_left(box) == [] and lock_files(box) == []
 
 
-def test_sweep_finishes_holds_whose_holder_and_poststop_are_gone(
+def test_gc_finishes_holds_whose_holder_and_poststop_are_gone(
         box: Sandbox, containers: list[Container]) -> None:
-    """What `jobns gc` can call (hook.holds.sweep): a killed holder, no poststop."""
-    from hook.holds import sweep
-    from launcher.config import load
-
+    """`jobns gc` (hook.holds.sweep): a killed holder, no poststop."""
     c = new(box, containers, "w1", annotations={"org.jobns.job-id": "W1"})
     c.start()
     assert c.hook().returncode == 0
-    config = load(str(box.config), {})
-    assert sweep(str(box.state), config) == []
+    r = box.run(["gc", "--no-slurm"])
+    assert r.returncode == 0, r.stdout + r.stderr
     assert (box.local / "job-W1").is_dir()  # its holder lives: untouched
     (holder,) = holders()
     os.kill(holder, signal.SIGKILL)
@@ -379,7 +376,8 @@ def test_sweep_finishes_holds_whose_holder_and_poststop_are_gone(
     while holders():
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert sweep(str(box.state), config) == []
+    r = box.run(["gc", "--no-slurm"])
+    assert r.returncode == 0, r.stdout + r.stderr
     assert box.leftovers() == [] and holds_left(box) == [] and lock_files(box) == []
 
 
