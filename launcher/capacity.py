@@ -18,7 +18,6 @@ capacity, since nothing would unmount the file system after its last task.
 
 from __future__ import annotations
 
-from launcher.directives import DirectiveError, NodeCount, parse_capacity, round_up
 from launcher.errors import JobnsError
 
 TYPE_CHECKING = False
@@ -93,6 +92,9 @@ def config_size(config: Config, key: str) -> int | None:
         if value < 1:
             raise JobnsError(f"{where}: must be at least 1 byte")
         return value
+    # directives costs ~15 ms to import (dataclasses, fractions): only when sizes are used.
+    from launcher.directives import DirectiveError, NodeCount, parse_capacity
+
     try:
         size = parse_capacity(value)
     except DirectiveError as e:
@@ -109,6 +111,8 @@ def granularity(config: Config) -> int:
 def plan(config: Config, directives: Directives | None, layout: str) -> Capacities:
     """The capacities of a job: its directives (already rounded by the parser with
     :func:`granularity`), else the site defaults; checked against the site maxima."""
+    from launcher.directives import DirectiveError, round_up
+
     gran = granularity(config)
     out = Capacities()
     for role in ROLES:

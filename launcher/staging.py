@@ -24,7 +24,6 @@ crash or restart (``jobns recover``) replays exactly the same operations:
 
 from __future__ import annotations
 
-from launcher.directives import DirectiveError, Symbols, confine, normalise, substitute
 from launcher.errors import JobnsError
 from launcher.job import safe_component
 from launcher.plan import Tree
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from launcher.config import Config
-    from launcher.directives import Directives, Stage
+    from launcher.directives import Directives, Stage, Symbols
     from launcher.job import Job
     from launcher.plan import Plan
 
@@ -143,6 +142,8 @@ def symbols_for(job: Job, environ: Mapping[str, str]) -> Symbols:
             raise JobnsError(f"{name}={value!r} is not a number; is this a Slurm job?")
         return value
 
+    from launcher.directives import Symbols
+
     workdir = environ.get("SLURM_JOB_WORK_DIR") or environ.get("SLURM_SUBMIT_DIR") or None
     return Symbols(job_id=job.job_id, array_job_id=numeric("SLURM_ARRAY_JOB_ID"),
                    array_task_id=numeric("SLURM_ARRAY_TASK_ID"), workdir=workdir,
@@ -153,6 +154,8 @@ def session_dir_from(flag: str | None, config: Config,
                      symbols: Symbols) -> tuple[str | None, str | None]:
     """(session directory, note): from --session-dir (errors are errors) or the
     [staging] session_dir template (a path outside session_roots: not an ARC job)."""
+    from launcher.directives import DirectiveError, normalise, substitute
+
     roots = config.staging.session_roots
     if flag:
         return _session_dir(flag, roots, "--session-dir"), None
@@ -167,6 +170,8 @@ def session_dir_from(flag: str | None, config: Config,
 
 
 def _session_dir(path: str, roots: list[str], what: str) -> str:
+    from launcher.directives import DirectiveError, confine
+
     if not roots:
         raise JobnsError(f"{what} {path!r}: no [staging] session_roots are configured; "
                          "ask the administrator")

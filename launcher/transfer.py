@@ -32,8 +32,6 @@ Names starting with ``.jobns-part-`` are reserved for part files.
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 import stat
 import sys
@@ -54,6 +52,8 @@ Result = dict[str, object]
 
 
 def part_name(name: str) -> str:
+    import hashlib  # only staging pays for it (~3 ms), not every setup and teardown
+
     return PART + hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
 
 
@@ -661,6 +661,8 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
             code = 1
             result = {"errors": [f"{what}: {e}"], "warnings": []}
         try:
+            import json
+
             data = json.dumps(result).encode()
             while data:
                 data = data[os.write(w, data):]
@@ -681,6 +683,8 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
         return {"errors": [f"{what}: the worker (job user {uid}) was killed by signal "
                            f"{os.WTERMSIG(status)}; run the step again"], "warnings": []}
     try:
+        import json
+
         result = json.loads(b"".join(chunks))
         assert isinstance(result, dict)
         return result
