@@ -13,8 +13,8 @@ single-node recipe; proctrack/linuxproc and task/none keep cgroups out of it.
 
 jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents: the
 tested scripts ci/slurm/prolog and ci/slurm/epilog (byte for byte) go to
-/etc/jobns/slurm/ on every compute node, and slurm.conf gets Prolog=, Epilog= and
-PrologFlags=Alloc (JOBNS_CONF). Tasks then run as `srun jobns run -- CMD`. Other
+/etc/jobns/slurm/ on every compute node, and slurm.conf gets Prolog= and Epilog=
+(JOBNS_CONF; no PrologFlags: a node's prolog runs before its first step). Tasks then run as `srun jobns run -- CMD`. Other
 settings (TaskProlog=, ...) go through `extra`, which wins over both.
 """
 
@@ -36,7 +36,6 @@ JOBNS_HOOKS = "/etc/jobns/slurm"
 JOBNS_CONF = {
     "Prolog": f"{JOBNS_HOOKS}/prolog",
     "Epilog": f"{JOBNS_HOOKS}/epilog",
-    "PrologFlags": "Alloc",  # set the job up at allocation, on every node, before any step
 }
 # Batch scripts and their output, on the shared volume: written on the controller
 # (where sbatch reads the script), written to by the batch step on the first node.
