@@ -407,8 +407,10 @@ def _clear(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[st
         _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors)
 
 
-def _remove_subdir(root_fd: int, parent_fd: int, name: str, path: str, dev: int, depth: int,
-                   deep: list[str], errors: list[str]) -> None:
+def _remove_subdir(root_fd: int | None, parent_fd: int, name: str, path: str, dev: int,
+                   depth: int, deep: list[str], errors: list[str]) -> None:
+    """Empty and remove one directory. root_fd None: it is a removal's own top, so
+    subtrees too deep are moved up into it (clear_dir) rather than into an ancestor."""
     try:
         sub = _open_for_clearing(parent_fd, name)
     except FileNotFoundError:
@@ -421,7 +423,10 @@ def _remove_subdir(root_fd: int, parent_fd: int, name: str, path: str, dev: int,
             # Never delete the contents of some other file system mounted in the tree.
             errors.append(f"remove {path}: a file system is mounted there; unmount it first")
             return
-        _clear(root_fd, sub, path, dev, depth, deep, errors)
+        if root_fd is None:
+            errors += clear_dir(sub, path)
+        else:
+            _clear(root_fd, sub, path, dev, depth, deep, errors)
     finally:
         os.close(sub)
     try:
@@ -444,22 +449,6 @@ def remove_entry(parent_fd: int, name: str, path: str) -> list[str]:
     except OSError as e:
         if e.errno != errno.EPERM:  # Linux says EISDIR, POSIX allows EPERM for directories
             return [f"remove {path}: {e.strerror}"]
-    try:
-        sub = _open_for_clearing(parent_fd, name)
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        return [f"open {path}: {e.strerror}"]
-    try:
-        if os.fstat(sub).st_dev != os.fstat(parent_fd).st_dev:
-            return [f"remove {path}: a file system is mounted there; unmount it first"]
-        errors = clear_dir(sub, path)
-    finally:
-        os.close(sub)
-    try:
-        os.rmdir(name, dir_fd=parent_fd)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        errors.append(f"remove {path}: {e.strerror}")
+    errors: list[str] = []
+    _remove_subdir(None, parent_fd, name, path, os.fstat(parent_fd).st_dev, 0, [], errors)
     return errors

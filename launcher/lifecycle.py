@@ -294,13 +294,12 @@ def start(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
 def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
     """pending -> running; any failure aborts (teardown) and is raised again."""
     state_dir, job_id = config.state_dir, job.job_id
-    handles: list[TreeHandle] = []
-    try:
+    with _Aborting(config, job_id, record) as handles:
         state.enter(state_dir, job_id, record, "staging-in")
         staging = Staging.from_record(record.get("staging"))
         if staging is not None:
             _check_session_dir(record, staging)
-        handles = make_trees(config, record, job, plan)
+        handles += make_trees(config, record, job, plan)
         if staging is not None:
             errors = stage_in(record, staging)
             if errors:
@@ -311,15 +310,24 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
                                  "inputs are back in its session directory")
         state.enter(state_dir, job_id, record, "staged-in")
         pre_run(config, record, job, plan, handles)
-    except BaseException as e:
-        for h in handles:
+
+
+class _Aborting:
+    """Holds the job's tree handles for a setup step: closes them at the end and, on any
+    failure, aborts the job (teardown, inputs back) before the error goes on."""
+
+    def __init__(self, config: Config, job_id: str, record: Record) -> None:
+        self.config, self.job_id, self.record = config, job_id, record
+        self.handles: list[TreeHandle] = []
+
+    def __enter__(self) -> list[TreeHandle]:
+        return self.handles
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        for h in self.handles:
             h.close()
-        handles = []
-        abort(config, job_id, record, e)
-        raise
-    finally:
-        for h in handles:
-            h.close()
+        if error is not None:
+            abort(self.config, self.job_id, self.record, error)
 
 
 def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[TreeHandle]:
@@ -477,20 +485,10 @@ def recover_one(config: Config, job_id: str, record: Record) -> str:
         job = job_of(record)
         plan = plan_of(config, record, job)
         uid, gid = plan.owner
-        handles: list[TreeHandle] = []
-        try:
+        with _Aborting(config, job_id, record) as handles:
             for tree in plan.trees:
                 handles.append(fs.acquire_tree(tree, uid, gid, create=False))
             pre_run(config, record, job, plan, handles)
-        except BaseException as e:
-            for h in handles:
-                h.close()
-            handles = []
-            abort(config, job_id, record, e)
-            raise
-        finally:
-            for h in handles:
-                h.close()
         return "pre-run: pre-run again: running"
     finish(config, job_id, record)
     return f"{st}: finished: removed"
