@@ -373,12 +373,13 @@ def clear_dir(fd: int, path: str) -> list[str]:
 
 
 def _clear(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[str],
-           errors: list[str]) -> None:
+           errors: list[str], fan: bool = True) -> None:
     try:
         entries = list(os.scandir(fd))
     except OSError as e:
         errors.append(f"list {path}: {e.strerror}")
         return
+    subdirs: list[str] = []
     for entry in entries:
         name = entry.name
         try:
@@ -404,11 +405,45 @@ def _clear(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[st
             except OSError as e:
                 errors.append(f"move up {path}/{name}: {e.strerror}")
             continue
-        _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors)
+        subdirs.append(name)
+    if fan and len(subdirs) >= FAN_OUT_MIN and (os.cpu_count() or 1) > 1:
+        _fan_out(root_fd, fd, path, dev, depth, deep, errors, subdirs)
+        return
+    for name in subdirs:
+        _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors, fan)
+
+
+# Removing a big tree is unlink-bound, and unlink drops the GIL: the first directory
+# with several subdirectories is shared out among one thread per CPU (once: workers do
+# not fan out again), which makes removal faster than `rm -rf` on a multi-core node.
+FAN_OUT_MIN = 4
+
+
+def _fan_out(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[str],
+             errors: list[str], subdirs: list[str]) -> None:
+    import threading
+
+    todo = list(reversed(subdirs))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                name = todo.pop()
+            _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors,
+                           fan=False)
+
+    threads = [threading.Thread(target=work) for _ in range(os.cpu_count() or 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _remove_subdir(root_fd: int | None, parent_fd: int, name: str, path: str, dev: int,
-                   depth: int, deep: list[str], errors: list[str]) -> None:
+                   depth: int, deep: list[str], errors: list[str], fan: bool = True) -> None:
     """Empty and remove one directory. root_fd None: it is a removal's own top, so
     subtrees too deep are moved up into it (clear_dir) rather than into an ancestor."""
     try:
@@ -426,7 +461,7 @@ def _remove_subdir(root_fd: int | None, parent_fd: int, name: str, path: str, de
         if root_fd is None:
             errors += clear_dir(sub, path)
         else:
-            _clear(root_fd, sub, path, dev, depth, deep, errors)
+            _clear(root_fd, sub, path, dev, depth, deep, errors, fan)
     finally:
         os.close(sub)
     try:
