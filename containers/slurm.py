@@ -15,7 +15,8 @@ jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents: the
 tested scripts ci/slurm/prolog and ci/slurm/epilog (byte for byte) go to
 /etc/jobns/slurm/ on every compute node, and slurm.conf gets Prolog= and Epilog=
 (JOBNS_CONF; no PrologFlags: a node's prolog runs before its first step). Tasks then
-run as `srun jobns run -- CMD`. Other settings (TaskProlog=, ...) go through `extra`, which wins over both.
+run as `srun jobns run -- CMD`. Other settings (TaskProlog=, ...) go through `extra`,
+which wins over both.
 """
 
 from __future__ import annotations
