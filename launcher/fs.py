@@ -190,25 +190,20 @@ def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int) -> str:
     return tmp
 
 
-def _verify_tree(parent_fd: int, tree: Tree, uid: int) -> int:
-    fd = open_dir(parent_fd, tree.name, tree.path)
-    try:
-        _check(fd, tree.path, uid, TOP_MODE)
-        for child in tree.children:
-            cpath = f"{tree.path}/{child}"
-            try:
-                cfd = open_dir(fd, child, cpath)
-            except FileNotFoundError:
-                raise JobnsError(f"refuse {tree.path}: it exists but has no {child}/, so jobns "
-                                 "did not make it; remove it or use another job id") from None
-            try:
-                _check(cfd, cpath, uid, SCRATCH_MODE)
-            finally:
-                os.close(cfd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+def _verify_tree(fd: int, tree: Tree, uid: int) -> None:
+    """The tree open at fd is exactly what jobns makes, or JobnsError."""
+    _check(fd, tree.path, uid, TOP_MODE)
+    for child in tree.children:
+        cpath = f"{tree.path}/{child}"
+        try:
+            cfd = open_dir(fd, child, cpath)
+        except FileNotFoundError:
+            raise JobnsError(f"refuse {tree.path}: it exists but has no {child}/, so jobns "
+                             "did not make it; remove it or use another job id") from None
+        try:
+            _check(cfd, cpath, uid, SCRATCH_MODE)
+        finally:
+            os.close(cfd)
 
 
 def _still_linked(parent_fd: int, name: str, fd: int) -> bool:
@@ -236,7 +231,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
         created = False
         for _attempt in range(20):
             try:
-                fd = _verify_tree(parent, tree, uid)
+                fd = open_dir(parent, tree.name, tree.path)
             except FileNotFoundError:
                 if not create:
                     raise JobnsError(f"open {tree.path}: no such directory; was the job set "
@@ -250,12 +245,18 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                     if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                         raise JobnsError(_create_failed(tree.path, e)) from None
                 continue  # made by us or by a concurrent task: verify it either way
-            if lock:
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                if not _still_linked(parent, tree.name, fd):
-                    # The job's last task removed it while we waited: start over.
-                    os.close(fd)
-                    continue
+            try:
+                if lock:
+                    # Lock before looking inside: the job's last task removes a tree while
+                    # holding it exclusively, so we never judge one half removed.
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    if not _still_linked(parent, tree.name, fd):
+                        os.close(fd)  # removed while we waited: start over
+                        continue
+                _verify_tree(fd, tree, uid)
+            except BaseException:
+                os.close(fd)
+                raise
             return TreeHandle(tree, fds, fd, created)
         raise JobnsError(f"create {tree.path}: it kept disappearing while being set up "
                          "(another task of the job removing it?); try again")
