@@ -3,12 +3,53 @@
 Every wrapper raises OSError naming the call and its arguments, so a failure
 deep inside namespace setup still tells the operator which path and why.
 Python 3.12 grew os.unshare/os.setns; Debian 12 ships 3.11, hence ctypes.
+
+It binds libc through `_ctypes`, the C module under `ctypes`: the `ctypes`
+package costs ~2 ms to import (its struct and endian helpers) on a path that
+runs once per task, and these calls need none of it. Without argtypes, ctypes
+passes Python ints as C int, bytes as char * and None as NULL, and returns int;
+every flag used here fits in an int.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import os
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+# typeshed describes the ctypes package, not the bare C module used here.
+_C: Any = _ctypes
+
+
+class _CInt(_C._SimpleCData):  # type: ignore[misc]
+    """C int (like ctypes.c_int: a direct subclass, so results come back as int)."""
+
+    _type_ = "i"
+
+
+class _LibcFunction(_C.CFuncPtr):  # type: ignore[misc]
+    _flags_ = _C.FUNCFLAG_CDECL | _C.FUNCFLAG_USE_ERRNO
+    _restype_ = _CInt
+
+
+class _Libc:
+    """What CFuncPtr((name, library)) needs of a library: its dlopen handle."""
+
+    _handle = _C.dlopen(None, os.RTLD_NOW)
+
+
+def _function(name: str) -> Callable[..., int]:
+    fn: Callable[..., int] = _LibcFunction((name, _Libc))
+    return fn
+
+
+def get_errno() -> int:
+    errno_now: int = _C.get_errno()
+    return errno_now
 
 # <sched.h>
 CLONE_NEWNS = 0x00020000
@@ -30,17 +71,16 @@ MS_SHARED = 1 << 20
 MNT_DETACH = 2
 UMOUNT_NOFOLLOW = 8
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                        ctypes.c_char_p)
-_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-_libc.unshare.argtypes = (ctypes.c_int,)
-_libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
+_mount = _function("mount")
+_umount2 = _function("umount2")
+_unshare = _function("unshare")
+_setns = _function("setns")
+_renameat2 = _function("renameat2")
 
 
 def oserror(op: str, path: str | None = None) -> OSError:
     """An OSError for the errno of the last libc call, naming the operation."""
-    err = ctypes.get_errno()
+    err = get_errno()
     msg = f"{op}: {os.strerror(err)}"
     return OSError(err, msg, path) if path is not None else OSError(err, msg)
 
@@ -51,34 +91,32 @@ def _b(s: str | None) -> bytes | None:
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int,
           data: str | None = None) -> None:
-    if _libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)) < 0:
+    if _mount(_b(source), _b(target), _b(fstype), flags, _b(data)) < 0:
         raise oserror(f"mount({source!r} -> {target!r}, type={fstype!r}, flags={flags:#x})",
                       target)
 
 
 def umount2(target: str, flags: int = 0) -> None:
-    if _libc.umount2(_b(target), flags) < 0:
+    if _umount2(_b(target), flags) < 0:
         raise oserror(f"umount2({target!r}, {flags:#x})", target)
 
 
 def unshare(flags: int) -> None:
-    if _libc.unshare(flags) < 0:
+    if _unshare(flags) < 0:
         raise oserror(f"unshare({flags:#x})")
 
 
 def setns(fd: int, nstype: int, what: str = "") -> None:
     """Join the namespace behind fd. CLONE_NEWNS needs a single-threaded caller."""
-    if _libc.setns(fd, nstype) < 0:
+    if _setns(fd, nstype) < 0:
         raise oserror(f"setns({what or fd}, {nstype:#x})", what or None)
 
 
 RENAME_NOREPLACE = 1
-_libc.renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                            ctypes.c_uint)
 
 
 def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
     """renameat2(RENAME_NOREPLACE) within one directory: EEXIST rather than replace."""
-    if _libc.renameat2(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new),
+    if _renameat2(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new),
                        RENAME_NOREPLACE) < 0:
         raise oserror(f"rename {old!r} -> {new!r}", new)

@@ -6,10 +6,9 @@ import os
 import sys
 
 from launcher import config as config_mod
-from launcher import fs, namespace
+from launcher import namespace
 from launcher.errors import JobnsError
 from launcher.job import Job, hostname, job_id_from, layout_from, pmix_identity, user_from
-from launcher.plan import Plan, build
 from launcher.supervise import Supervisor, arm_child_death_signal, warn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
     from launcher.config import Config
     from launcher.fs import TreeHandle
     from launcher.job import User
+    from launcher.plan import Plan
 
 Options = dict[str, "str | bool | None"]
 
@@ -99,6 +99,9 @@ def main(opts: Options, command: list[str]) -> int:
             warn(f"job {job.job_id} is already set up: the options given to jobns setup apply")
         kw = None if opts.get("kill_wait") is None else kill_wait
         return run_joined(joined, job, command, environ, kw, net_none)
+    # Only a job nobody set up needs its trees planned and made (tasks that join do not).
+    from launcher.plan import build
+
     plan = build(config, job)
     if opts.get("dry_run"):
         print(plan.describe())
@@ -160,6 +163,8 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
 def run_standalone(plan: Plan, job: Job, command: list[str], environ: dict[str, str],
                    kill_wait: float, net_none: bool, state_dir: str) -> int:
     """No prolog set this job up: make its namespace for this one task."""
+    from launcher import fs
+
     root = os.geteuid() == 0
     uid, gid = plan.owner
     handles: list[TreeHandle] = []
