@@ -39,6 +39,6 @@ Who holds a job's trees on a node, and who removes them:
 
 Speed: runtimes run a hook per stage as a new process, so the interpreter's start
 dominates; poststop imports neither ctypes nor json, createRuntime no json/re
-(hook/jsonfast.py), and `jobns oci-config` on a prolog's job needs no hook at all
+(launcher/jsonfast.py), and `jobns oci-config` on a prolog's job needs no hook at all
 (ci/bench-hook).
 """

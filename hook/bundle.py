@@ -119,7 +119,7 @@ def _open_dir(path: str) -> int:
 
 def read_doc(path: str) -> dict[str, object]:
     """config.json of the bundle at path, parsed (a JSON object)."""
-    from hook.jsonfast import loads
+    from launcher.jsonfast import loads
 
     where = f"{path}/{CONFIG}"
     dfd = _open_dir(path)

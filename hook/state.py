@@ -67,7 +67,7 @@ def read_stdin() -> bytes:
 
 
 def parse(data: bytes) -> OciState:
-    from hook.jsonfast import loads
+    from launcher.jsonfast import loads
     from launcher.validate import first_error
     from schemas.generated import SCHEMAS
 

@@ -111,6 +111,8 @@ def granularity(config: Config) -> int:
 def plan(config: Config, directives: Directives | None, layout: str) -> Capacities:
     """The capacities of a job: its directives (already rounded by the parser with
     :func:`granularity`), else the site defaults; checked against the site maxima."""
+    if directives is None and not any(config.capacity.get(f"{r}_default") for r in ROLES):
+        return Capacities()  # nothing asked, no site default: no limit (and no parser)
     from launcher.directives import DirectiveError, round_up
 
     gran = granularity(config)

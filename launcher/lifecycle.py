@@ -154,13 +154,13 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
 
 def run_program(config: Config, record: Record, phase: str) -> str | None:
     """Run [lifecycle] pre_run/post_run as root without a shell; None, or what failed."""
-    import shlex
-    import subprocess
-
     key = phase.replace("-", "_")
     command = getattr(config.lifecycle, key)
     if not command:
         return None
+    import shlex
+    import subprocess
+
     argv = shlex.split(command)
     timeout = config.lifecycle.program_timeout
     sys.stderr.flush()

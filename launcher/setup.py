@@ -270,13 +270,16 @@ def gather_directives(opts: Options, environ: dict[str, str],
     The directive word ([directives] word) and the capacity granularity ([capacity]
     granularity) come from the config.
     """
+    script = opts.get("script")
+    comment = environ.get("SLURM_JOB_COMMENT", "")
+    if not script and not opts.get("directives") and COMMENT_PREFIX not in comment:
+        return None  # the common prolog: no directives, so no parser (~25 ms of imports)
     from launcher.capacity import granularity
     from launcher.directives import parse_directives, parse_script
 
     word = config.directive_word if config is not None else "JOBNS"
     gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
-    script = opts.get("script")
     if script:
         try:
             with open(str(script), encoding="utf-8", errors="replace") as f:
@@ -286,7 +289,6 @@ def gather_directives(opts: Options, environ: dict[str, str],
         found.append(parse_script(text, word, gran))
     if opts.get("directives"):
         found.append(parse_directives(str(opts["directives"]), word, gran))
-    comment = environ.get("SLURM_JOB_COMMENT", "")
     if COMMENT_PREFIX in comment:
         found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1], word, gran))
     if not found:
@@ -328,8 +330,12 @@ def main(opts: Options, _command: list[str]) -> int:
     plan = build(config, job)
     caps = capacity.plan(config, directives, job.layout)
     session_flag = str(opts["session_dir"]) if opts.get("session_dir") else None
-    stg, notes = staging.build(config, job, plan, directives, session_flag,
-                               staging.symbols_for(job, environ))
+    stg: Staging | None = None
+    notes: list[str] = []
+    if directives is not None or session_flag or config.staging.session_dir:
+        # Only then is there anything to stage (and the path machinery worth importing).
+        stg, notes = staging.build(config, job, plan, directives, session_flag,
+                                   staging.symbols_for(job, environ))
     for note in notes:
         sys.stderr.write(f"jobns: setup {job.job_id}: {note}\n")
     if opts.get("dry_run"):

@@ -122,11 +122,11 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
 
 
 def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
-    import json
+    from launcher.jsonfast import loads
 
     try:
         with open(f"{job_dir(state_dir, job_id)}/{STATE}", "rb") as f:
-            doc = json.loads(f.read())
+            doc = loads(f.read())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
@@ -143,8 +143,7 @@ def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
 
 
 def write_record(state_dir: str, job_id: str, record: dict[str, object]) -> None:
-    import json
-
+    from launcher.jsonfast import dumps
     from launcher.validate import first_error
     from schemas.generated import SCHEMAS
 
@@ -153,7 +152,7 @@ def write_record(state_dir: str, job_id: str, record: dict[str, object]) -> None
         raise JobnsError(f"internal error: job state for {job_id} violates its schema: {problem}")
     d = job_dir(state_dir, job_id)
     os.makedirs(d, mode=0o711, exist_ok=True)
-    write_atomic(f"{d}/{STATE}", json.dumps(record, indent=2, sort_keys=True).encode() + b"\n")
+    write_atomic(f"{d}/{STATE}", dumps(record).encode() + b"\n")
 
 
 STATES = ("pending", "staging-in", "staged-in", "pre-run", "running", "post-run",

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hook import jsonfast
 from hook.state import CREATE, POSTSTOP, parse, stage_for
+from launcher import jsonfast
 from launcher.errors import JobnsError
 from launcher.validate import first_error, iter_errors
 from schemas.generated import SCHEMAS
@@ -151,7 +151,7 @@ def _no_constant(name: str) -> None:
 def test_jsonfast_errors_without_json_imported() -> None:
     """The C scanner needs json.decoder for most messages; the hook never imports it
     up front."""
-    code = ("import sys; from hook.jsonfast import loads\n"
+    code = ("import sys; from launcher.jsonfast import loads\n"
             "for bad in (b'{]', b'[1,]', b'\"a', b'{\"a\" 1}'):\n"
             "    assert 'json' not in sys.modules\n"
             "    try: loads(bad)\n"
@@ -183,6 +183,6 @@ def test_hook_path_imports_nothing_heavy() -> None:
     assert sorted(heavy & poststop) == []
     assert "ctypes" not in poststop
     create = modules("from launcher import cli; from hook import hook, bundle, identity, mounts, "
-                     "holds, state, jsonfast; from launcher import state, plan, fs, validate; "
+                     "holds, state; from launcher import state, plan, fs, validate, jsonfast; "
                      "import schemas.generated")
     assert sorted(heavy & create) == []
