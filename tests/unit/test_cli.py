@@ -53,12 +53,13 @@ def test_unknown_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_task_path_imports_nothing_heavy() -> None:
     """README 'Speed': the task-launch path never imports jsonschema, pyroute2, docker,
-    argparse, tomllib (without a config file), typing or dataclasses."""
+    argparse, tomllib (without a config file), typing or dataclasses; nor the Python faces of
+    ctypes, signal and prctl (their C modules serve)."""
     code = ("import sys; from launcher import cli, run, supervise, namespace, fs; "
             "print(' '.join(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2])
                          ).stdout.split()
     heavy = {"jsonschema", "pyroute2", "docker", "argparse", "tomllib", "typing", "dataclasses",
-             "json", "re", "subprocess", "enum"}
+             "json", "re", "subprocess", "enum", "ctypes", "signal", "prctl"}
     assert sorted(heavy & set(out)) == []
