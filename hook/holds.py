@@ -331,10 +331,9 @@ def _release_trees(state_dir: str, info: dict[str, str], config: Config) -> list
 def adopted(state_dir: str, job_id: str) -> Callable[[], bool]:
     """For fs.release_tree: has a prolog (jobns setup) set the job up since, and so taken
     over its trees (its epilog removes them)?"""
-    from launcher import state
+    from launcher.state import is_set_up
 
-    record = f"{state.job_dir(state_dir, job_id)}/{state.STATE}"
-    return lambda: os.path.exists(record)
+    return lambda: is_set_up(state_dir, job_id)
 
 
 def unused(state_dir: str, job_id: str) -> bool:

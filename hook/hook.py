@@ -25,6 +25,8 @@ from launcher.job import safe_component
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hook.bundle import Bundle
     from launcher.config import Config
     from launcher.fs import TreeHandle
@@ -111,7 +113,8 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
     plan = build(config, job)
     uid, gid = plan.owner
     # Share-locked like a `jobns run` task's: a finishing task cannot remove them now.
-    handles = acquire_all(plan, uid, gid, create=True, lock=True)
+    adopted = holds.adopted(config.state_dir, job.job_id)
+    handles = acquire_all(plan, uid, gid, create=True, lock=True, adopted=adopted)
     pending = None
     try:
         if not held:  # else: a second createRuntime/prestart call of the same container
@@ -122,7 +125,7 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
     except BaseException:
         if pending is not None:
             pending.abort()
-        drop(handles)
+        drop(handles, adopted)
         if holds.unused(config.state_dir, job.job_id):
             lock.release_and_remove()
         raise
@@ -173,8 +176,8 @@ def recorded_plan(config: Config, job: Job, named: bool, who: str,
     return plan
 
 
-def acquire_all(plan: Plan, uid: int, gid: int, create: bool, lock: bool
-                ) -> list[TreeHandle]:
+def acquire_all(plan: Plan, uid: int, gid: int, create: bool, lock: bool,
+                adopted: Callable[[], bool] | None = None) -> list[TreeHandle]:
     from launcher import fs
 
     handles: list[TreeHandle] = []
@@ -182,20 +185,20 @@ def acquire_all(plan: Plan, uid: int, gid: int, create: bool, lock: bool
         for tree in plan.trees:
             handles.append(fs.acquire_tree(tree, uid, gid, create=create, lock=lock))
     except BaseException:
-        drop(handles)
+        drop(handles, adopted)
         raise
     return handles
 
 
-def drop(handles: list[TreeHandle]) -> list[str]:
+def drop(handles: list[TreeHandle], adopted: Callable[[], bool] | None = None) -> list[str]:
     """Undo acquire_all: remove the trees it made (unless another task joined them
-    meanwhile), close the others."""
+    meanwhile, or a prolog has set the job up since: adopted()), close the others."""
     from launcher import fs
 
     errors: list[str] = []
     for h in handles:
         if h.created:
-            errors += fs.release_tree(h)
+            errors += fs.release_tree(h, adopted)
         else:
             h.close()
     return errors

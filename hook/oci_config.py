@@ -23,7 +23,7 @@ import os
 import sys
 
 from hook import bundle as bundle_mod
-from hook import identity
+from hook import holds, identity
 from hook.hook import acquire_all, drop, recorded, recorded_plan
 from launcher import config as config_mod
 from launcher.environment import job_environment
@@ -64,11 +64,12 @@ def main(opts: Options, command: list[str]) -> int:
         print(json.dumps(new, indent=2))
         return 0
     uid, gid = plan.owner
-    handles = acquire_all(plan, uid, gid, create=record is None, lock=False)
+    adopted = holds.adopted(config.state_dir, job.job_id)
+    handles = acquire_all(plan, uid, gid, create=record is None, lock=False, adopted=adopted)
     try:
         bundle_mod.write_doc(path, new)
     except BaseException:
-        drop(handles)
+        drop(handles, adopted)
         raise
     for h in handles:
         h.close()
