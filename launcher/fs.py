@@ -132,27 +132,40 @@ def reopen(handle: TreeHandle, child: str, expected: tuple[int, int]) -> tuple[i
 
 
 def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int) -> int:
-    """mkdir-or-verify one directory (mode TOP_MODE, owned by uid) and open it."""
-    try:
-        os.mkdir(name, TOP_MODE, dir_fd=parent_fd)
-    except FileExistsError:
-        fd = open_dir(parent_fd, name, path)
+    """Make-or-verify one directory (mode TOP_MODE, owned by uid) and open it.
+
+    Made like a tree: complete (mode, owner) under a temporary name, then renamed into
+    place, because several nodes make the per-node layout's shared job-ID/ at once and
+    must never see one another's half-made (still root-owned) directory.
+    """
+    for _attempt in range(5):
         try:
-            _check(fd, path, uid, TOP_MODE)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-    except OSError as e:
-        raise JobnsError(_create_failed(path, e)) from None
-    fd = open_dir(parent_fd, name, path)
-    try:
-        os.fchmod(fd, TOP_MODE)  # the umask may have narrowed it
-        _owner_fix(fd, uid, gid)
-    except OSError as e:
-        os.close(fd)
-        raise JobnsError(_create_failed(path, e)) from None
-    return fd
+            fd = open_dir(parent_fd, name, path)
+        except FileNotFoundError:
+            pass
+        else:
+            try:
+                _check(fd, path, uid, TOP_MODE)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        tmp = f".{name}.jobns-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            os.mkdir(tmp, 0o700, dir_fd=parent_fd)
+            tfd = open_dir(parent_fd, tmp, path)
+            try:
+                os.fchmod(tfd, TOP_MODE)  # the umask may have narrowed it
+                _owner_fix(tfd, uid, gid)
+            finally:
+                os.close(tfd)
+            libc.rename_noreplace(parent_fd, tmp, name)
+        except OSError as e:
+            remove_entry(parent_fd, tmp, f"{path} (temporary)")
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise JobnsError(_create_failed(path, e)) from None
+        # made by us or by another node meanwhile: open and verify it either way
+    raise JobnsError(f"create {path}: it kept disappearing while being set up; try again")
 
 
 def _create_failed(path: str, e: OSError) -> str:
