@@ -109,7 +109,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
                  "directory (exit 125): run teardown again to resume. Safe to run twice. "
                  "The teardown state is tried 3 times; then the job is kept as teardown-fail "
                  "and the exit status is 125."),
-    Command("recover", "launcher.lifecycle:recover_main",
+    Command("recover", "launcher.recover:main",
             "after a crash or restart: finish what was interrupted, by state (root)",
             [RECOVER_JOB, CONFIG],
             help="For every job on this node whose lock nobody holds (or --job-id), acts by "
@@ -219,23 +219,27 @@ def main(argv: list[str] | None = None) -> int:
         # The console script: skip interpreter finalisation (~2 ms per task); there is
         # nothing to clean up that the kernel does not, once our output is flushed.
         code = dispatch(sys.argv[1:])
-        sys.stdout.flush()
-        sys.stderr.flush()
         import os
 
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (BrokenPipeError, ValueError):
+                code = code or EXIT_JOBNS_FAILED  # the reader left before our last line
         os._exit(code)
     return dispatch(argv)
 
 
 def dispatch(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
-        return EXIT_OK if argv else EXIT_JOBNS_FAILED
-    if argv[0] == "--version":
-        print(f"jobns {VERSION}")
-        return EXIT_OK
-    cmd = COMMANDS.get(argv[0])
+    cmd = None
     try:
+        if not argv or argv[0] in ("-h", "--help", "help"):
+            print(usage())
+            return EXIT_OK if argv else EXIT_JOBNS_FAILED
+        if argv[0] == "--version":
+            print(f"jobns {VERSION}")
+            return EXIT_OK
+        cmd = COMMANDS.get(argv[0])
         if cmd is None:
             raise JobnsError(f"unknown subcommand {argv[0]!r} (see jobns --help)")
         opts, command = parse(cmd, argv[1:])
@@ -250,6 +254,32 @@ def dispatch(argv: list[str]) -> int:
         return e.code
     except KeyboardInterrupt:
         return EXIT_JOBNS_FAILED
+    except BrokenPipeError:
+        # `jobns status | head`: the reader left; nothing more to say, and say it quietly.
+        _silence_stdout()
+        return EXIT_JOBNS_FAILED
+    except Exception as e:  # the boundary: a bug must not look like the command's exit 1
+        import os
+
+        if os.environ.get("JOBNS_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
+        where = f"jobns {argv[0]}" if cmd is not None else "jobns"
+        sys.stderr.write(f"jobns: internal error in {where}: {type(e).__name__}: {e} "
+                         "(a bug in jobns; JOBNS_DEBUG=1 shows the traceback)\n")
+        return EXIT_JOBNS_FAILED
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -21,6 +21,14 @@ class JobnsError(Exception):
         self.code = code
 
 
+class UserError(JobnsError):
+    """A failure the job's user caused (a bad directive, a squatted or hostile path, an
+    unwritable stage-out destination, a mount or writer in the job's tree, a container
+    that is not hers). It fails that user's job, never the node: setup and teardown
+    record it and exit 0, and every task of the job then exits 125 with the reason
+    (README "Who is failed by what")."""
+
+
 def describe_oserror(op: str, path: str, err: OSError) -> str:
     """'op path: reason' for an OSError, without Python's noisy repr."""
     reason = err.strerror or str(err)

@@ -8,7 +8,9 @@ job user owns what is inside its tree), so (see CVE-2023-41914, CVE-2018-6954):
   half-made is ever visible and nothing pre-existing is ever replaced;
 - a pre-existing tree is used only if it is exactly what jobns makes (real
   directories, owned by the job user, exact modes); anything else is refused;
-- removal never crosses a file-system boundary and never follows a link.
+- removal (launcher.removal) never crosses a file-system boundary and never follows
+  a link; teardown first seals a tree (root-owned, so nobody enters it any more) and
+  detaches whatever was mounted inside it.
 
 Concurrent tasks of one job share a tree: each holds a shared flock on the
 tree root while it runs; the last one to leave wins the exclusive lock and
@@ -22,12 +24,12 @@ import fcntl
 import os
 import stat
 
-from launcher import libc
+from launcher import libc, mountinfo
 from launcher.errors import JobnsError
 from launcher.plan import SCRATCH_MODE, TOP_MODE
+from launcher.removal import O_DIR, clear_dir, remove_entry
 
-O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-MAX_DEPTH = 48  # deeper directories are moved up to the tree root, so fds stay bounded
+__all__ = ["O_DIR", "clear_dir", "remove_entry"]
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -131,8 +133,35 @@ def reopen(handle: TreeHandle, child: str, expected: tuple[int, int]) -> tuple[i
     return fd, path
 
 
-def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int) -> int:
-    """Make-or-verify one directory (mode TOP_MODE, owned by uid) and open it.
+MOVED = "~moved-"      # a squatter's entry, moved aside: <name>~moved-<hex>
+RETIRED = "~removing-"  # a tree teardown could not empty (a writer outside the job)
+
+
+def move_aside(parent_fd: int, name: str, path: str, aside: list[str]) -> None:
+    """Rename an entry jobns did not make out of the way, in the same directory, keeping
+    its owner, mode and content: a squatter never blocks, receives or loses anything.
+    '~' is never part of a job id, so the new name is nobody's job directory."""
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return  # gone meanwhile: nothing to move
+    new = f"{name}{MOVED}{os.urandom(4).hex()}"
+    try:
+        libc.rename_noreplace(parent_fd, name, new)  # renames the entry, never a link target
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise JobnsError(f"move {path} aside (it is not what jobns makes for this job): "
+                         f"{e.strerror}") from None
+    aside.append(f"moved {path} aside to {new}: it was not made by jobns for this job "
+                 f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); its owner "
+                 "finds it there")
+
+
+def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
+                     aside: list[str] | None = None) -> int:
+    """Make-or-verify one directory (mode TOP_MODE, owned by uid) and open it. With
+    `aside` (root's setup), anything else found there is moved aside, not refused.
 
     Made like a tree: complete (mode, owner) under a temporary name, then renamed into
     place, because several nodes make the per-node layout's shared job-ID/ at once and
@@ -143,9 +172,20 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int) -
             fd = open_dir(parent_fd, name, path)
         except FileNotFoundError:
             pass
+        except JobnsError:
+            if aside is None:
+                raise
+            move_aside(parent_fd, name, path, aside)
+            continue
         else:
             try:
                 _check(fd, path, uid, TOP_MODE)
+            except JobnsError:
+                os.close(fd)
+                if aside is None:
+                    raise
+                move_aside(parent_fd, name, path, aside)
+                continue
             except BaseException:
                 os.close(fd)
                 raise
@@ -173,8 +213,11 @@ def _create_failed(path: str, e: OSError) -> str:
     return f"create {path}: {e.strerror}; {hint}"
 
 
-def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int) -> str:
-    """Make the whole tree under a temporary name; return that name."""
+def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int, root_owned: bool = False
+                ) -> str:
+    """Make the whole tree under a temporary name; return that name. root_owned: the
+    tree root stays root's (a capacity file system is mounted on it next, and a root
+    entry in a sticky base cannot be renamed away by the user meanwhile)."""
     tmp = f".{tree.name}.jobns-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         os.mkdir(tmp, 0o700, dir_fd=parent_fd)
@@ -192,7 +235,8 @@ def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int) -> str:
                 finally:
                     os.close(cfd)
             os.fchmod(fd, TOP_MODE)
-            _owner_fix(fd, uid, gid)  # the root last: until now the user could not enter
+            if not root_owned:
+                _owner_fix(fd, uid, gid)  # the root last: until now the user could not enter
         finally:
             os.close(fd)
     except BaseException as e:
@@ -229,9 +273,14 @@ def _still_linked(parent_fd: int, name: str, fd: int) -> bool:
 
 
 def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
-                 lock: bool = True) -> TreeHandle:
+                 lock: bool = True, aside: list[str] | None = None, fresh: bool = False
+                 ) -> TreeHandle:
     """Create or verify a tree, open it and (with lock) hold a shared flock on it.
 
+    aside (root's setup): an entry at the tree's place (or a parent's) that is not
+    exactly what jobns makes for this user is moved aside (move_aside), never refused,
+    used or deleted; the messages are appended. fresh: also move aside a matching tree
+    (a capacity needs one made now), which is then left root-owned for the mount.
     Raises JobnsError for anything jobns must not use; nothing is left behind.
     """
     base_fd = open_base(tree.base, f"{tree.role} base")
@@ -239,7 +288,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
     try:
         for i, part in enumerate(tree.parents):
             sub = f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"
-            fds.append(ensure_plain_dir(fds[-1], part, sub, uid, gid))
+            fds.append(ensure_plain_dir(fds[-1], part, sub, uid, gid, aside))
         parent = fds[-1]
         created = False
         for _attempt in range(20):
@@ -249,7 +298,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                 if not create:
                     raise JobnsError(f"open {tree.path}: no such directory; was the job set "
                                      "up on this node (jobns setup)?") from None
-                tmp = _build_temp(parent, tree, uid, gid)
+                tmp = _build_temp(parent, tree, uid, gid, root_owned=fresh)
                 try:
                     libc.rename_noreplace(parent, tmp, tree.name)
                     created = True
@@ -258,6 +307,13 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                     if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                         raise JobnsError(_create_failed(tree.path, e)) from None
                 continue  # made by us or by a concurrent task: verify it either way
+            except JobnsError:
+                if aside is None:
+                    raise
+                move_aside(parent, tree.name, tree.path, aside)
+                continue
+            if fresh and created:
+                return TreeHandle(tree, fds, fd, created)  # root-owned until its mount
             try:
                 if lock:
                     # Lock before looking inside: the job's last task removes a tree while
@@ -267,6 +323,14 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                         os.close(fd)  # removed while we waited: start over
                         continue
                 _verify_tree(fd, tree, uid)
+                if fresh and not created:
+                    raise JobnsError(f"refuse {tree.path}: a capacity needs a tree made now")
+            except JobnsError:
+                os.close(fd)
+                if aside is None:
+                    raise
+                move_aside(parent, tree.name, tree.path, aside)
+                continue
             except BaseException:
                 os.close(fd)
                 raise
@@ -313,9 +377,78 @@ def remove_tree(handle: TreeHandle) -> list[str]:
     return errors + _prune_parents(tree, handle.parent_fds)
 
 
+def _walk(tree: Tree) -> list[int]:
+    """fds of the base, each parent and the tree root (crossing into a mount there), by
+    a walk that never follows a symlink; as far as it got (FileNotFoundError stops it)."""
+    fds = [open_base(tree.base, f"{tree.role} base")]
+    try:
+        for i, part in enumerate((*tree.parents, tree.name)):
+            fds.append(open_dir(fds[-1], part,
+                                f"{tree.base.rstrip('/')}/{'/'.join(tree.rel.split('/')[:i + 1])}"))
+    except (FileNotFoundError, JobnsError):
+        pass
+    return fds
+
+
+def seal(tree: Tree) -> None:
+    """Make a tree root root's own (0700) so nobody enters it by path any more: an
+    outside writer cannot refill what teardown removes (SECURITY.md rule 6)."""
+    fds = _walk(tree)
+    try:
+        if len(fds) == len(tree.parents) + 2:
+            os.fchown(fds[-1], 0, 0)
+            os.fchmod(fds[-1], TOP_MODE)
+    except OSError:
+        pass  # a read-only capacity left by an earlier attempt: nobody can write there
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def detach_mounts(tree: Tree, keep_source: str) -> list[str]:
+    """Detach every mount inside the tree (a FUSE mount the user made from the host, a
+    copy of something bound there), except our capacity tmpfs (source keep_source);
+    returns what was detached, for the log.
+
+    Each is reached by an fd walk from the base that never follows a symlink, shallowest
+    first, and detached through its fd (never by a path the user could redirect); a lazy
+    detach takes the mounts below it along, so no walk enters a user's file system.
+    """
+    done: list[str] = []
+    for m in mountinfo.under(tree.path):
+        if m.source == keep_source and m.point == tree.path.rstrip("/"):
+            continue
+        if any(m.point == d or m.point.startswith(d + "/") for d in done):
+            continue  # went with a mount above it
+        rel = m.point[len(tree.path.rstrip("/")):].strip("/")
+        fds = _walk(tree)
+        try:
+            if len(fds) != len(tree.parents) + 2:
+                break  # the tree is gone
+            parts = rel.split("/") if rel else []
+            for part in parts[:-1]:
+                fds.append(os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+                                   | os.O_CLOEXEC, dir_fd=fds[-1]))
+            if parts:
+                fds.append(os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                   dir_fd=fds[-1]))
+            libc.umount2(f"/proc/self/fd/{fds[-1]}", libc.MNT_DETACH)
+            done.append(m.point)
+        except OSError:
+            continue  # not reachable from the tree (moved?) or not a mount any more
+        finally:
+            for fd in fds:
+                os.close(fd)
+    return [f"detached {p} ({'mounted inside the job tree'})" for p in done]
+
+
 def remove_recorded(tree: Tree) -> list[str]:
     """Remove a tree by its recorded place, whatever the job left there (even a symlink
-    in place of the tree is only unlinked, never followed)."""
+    in place of the tree is only unlinked, never followed).
+
+    What cannot be removed because someone keeps writing into it (a process outside the
+    job with its cwd there) is not the node's problem: the tree is renamed
+    <name>~removing-<hex> (root's, sealed) for `jobns gc`, and teardown goes on."""
     fds: list[int] = []
     try:
         fds.append(open_base(tree.base, f"{tree.role} base"))
@@ -331,10 +464,34 @@ def remove_recorded(tree: Tree) -> list[str]:
             os.close(fd)
         return [f"open {tree.path}: {e}"]
     try:
-        return remove_entry(fds[-1], tree.name, tree.path) + _prune_parents(tree, fds)
+        errors: list[str] = []
+        for _attempt in range(3):
+            errors = remove_entry(fds[-1], tree.name, tree.path)
+            if not errors:
+                break
+        busy = os.strerror(errno.ENOTEMPTY)
+        if errors and all(busy in e for e in errors):
+            # Only "not empty": someone keeps refilling it. Any other error is the node's.
+            if retire(fds[-1], tree) is not None:
+                errors = []
+        return errors + _prune_parents(tree, fds)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def retire(parent_fd: int, tree: Tree) -> str | None:
+    """Rename a sealed tree that would not empty out of the job's way; its new name, or
+    None if it is not a sealed (root-owned) directory or could not be renamed."""
+    try:
+        st = os.stat(tree.name, dir_fd=parent_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+            return None
+        new = f"{tree.name}{RETIRED}{os.urandom(4).hex()}"
+        libc.rename_noreplace(parent_fd, tree.name, new)
+    except OSError:
+        return None
+    return new
 
 
 def _prune_parents(tree: Tree, parent_fds: list[int]) -> list[str]:
@@ -348,156 +505,4 @@ def _prune_parents(tree: Tree, parent_fds: list[int]) -> list[str]:
                 errors.append(f"remove {tree.base}/{'/'.join(tree.parents[:depth])}: "
                               f"{e.strerror}")
             break
-    return errors
-
-
-def _open_for_clearing(parent_fd: int, name: str) -> int:
-    """Open a subdirectory to empty it; an unprivileged owner first grants itself rwx."""
-    try:
-        fd = os.open(name, O_DIR, dir_fd=parent_fd)
-    except PermissionError:
-        # Mode 000 (or similar) directory of our own: chmod it through an O_PATH fd,
-        # which pins the very inode we checked and cannot be redirected by a symlink.
-        pfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-        try:
-            if not stat.S_ISDIR(os.fstat(pfd).st_mode):
-                raise
-            os.chmod(f"/proc/self/fd/{pfd}", 0o700)
-        finally:
-            os.close(pfd)
-        fd = os.open(name, O_DIR, dir_fd=parent_fd)
-    if os.geteuid() != 0:
-        st = os.fstat(fd)
-        if st.st_mode & 0o700 != 0o700:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
-    return fd
-
-
-def clear_dir(fd: int, path: str) -> list[str]:
-    """Remove everything inside the directory open at fd; return what could not be removed."""
-    errors: list[str] = []
-    dev = os.fstat(fd).st_dev
-    deep: list[str] = []
-    _clear(fd, fd, path, dev, 0, deep, errors)
-    # Subtrees deeper than MAX_DEPTH were renamed into this directory: clear those now.
-    while deep:
-        name = deep.pop()
-        _remove_subdir(fd, fd, name, f"{path}/{name}", dev, 0, deep, errors)
-    return errors
-
-
-def _clear(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[str],
-           errors: list[str], fan: bool = True) -> None:
-    try:
-        entries = list(os.scandir(fd))
-    except OSError as e:
-        errors.append(f"list {path}: {e.strerror}")
-        return
-    subdirs: list[str] = []
-    for entry in entries:
-        name = entry.name
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            is_dir = False
-        if not is_dir:
-            try:
-                os.unlink(name, dir_fd=fd)
-                continue
-            except FileNotFoundError:
-                continue
-            except IsADirectoryError:
-                pass  # raced into a directory: treat it as one below
-            except OSError as e:
-                errors.append(f"remove {path}/{name}: {e.strerror}")
-                continue
-        if depth >= MAX_DEPTH:
-            moved = f".jobns-deep-{os.urandom(6).hex()}"
-            try:
-                os.rename(name, moved, src_dir_fd=fd, dst_dir_fd=root_fd)
-                deep.append(moved)
-            except OSError as e:
-                errors.append(f"move up {path}/{name}: {e.strerror}")
-            continue
-        subdirs.append(name)
-    if fan and len(subdirs) >= FAN_OUT_MIN and (os.cpu_count() or 1) > 1:
-        _fan_out(root_fd, fd, path, dev, depth, deep, errors, subdirs)
-        return
-    for name in subdirs:
-        _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors, fan)
-
-
-# Removing a big tree is unlink-bound, and unlink drops the GIL: the first directory
-# with several subdirectories is shared out among one thread per CPU (once: workers do
-# not fan out again), which makes removal faster than `rm -rf` on a multi-core node.
-FAN_OUT_MIN = 4
-
-
-def _fan_out(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[str],
-             errors: list[str], subdirs: list[str]) -> None:
-    import threading
-
-    todo = list(reversed(subdirs))
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not todo:
-                    return
-                name = todo.pop()
-            _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors,
-                           fan=False)
-
-    threads = [threading.Thread(target=work) for _ in range(os.cpu_count() or 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def _remove_subdir(root_fd: int | None, parent_fd: int, name: str, path: str, dev: int,
-                   depth: int, deep: list[str], errors: list[str], fan: bool = True) -> None:
-    """Empty and remove one directory. root_fd None: it is a removal's own top, so
-    subtrees too deep are moved up into it (clear_dir) rather than into an ancestor."""
-    try:
-        sub = _open_for_clearing(parent_fd, name)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        errors.append(f"open {path}: {e.strerror}")
-        return
-    try:
-        if os.fstat(sub).st_dev != dev:
-            # Never delete the contents of some other file system mounted in the tree.
-            errors.append(f"remove {path}: a file system is mounted there; unmount it first")
-            return
-        if root_fd is None:
-            errors += clear_dir(sub, path)
-        else:
-            _clear(root_fd, sub, path, dev, depth, deep, errors, fan)
-    finally:
-        os.close(sub)
-    try:
-        os.rmdir(name, dir_fd=parent_fd)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        errors.append(f"remove {path}: {e.strerror}")
-
-
-def remove_entry(parent_fd: int, name: str, path: str) -> list[str]:
-    """Remove one entry (a file, or a directory and all below it) safely; return errors."""
-    try:
-        os.unlink(name, dir_fd=parent_fd)
-        return []
-    except FileNotFoundError:
-        return []
-    except IsADirectoryError:
-        pass
-    except OSError as e:
-        if e.errno != errno.EPERM:  # Linux says EISDIR, POSIX allows EPERM for directories
-            return [f"remove {path}: {e.strerror}"]
-    errors: list[str] = []
-    _remove_subdir(None, parent_fd, name, path, os.fstat(parent_fd).st_dev, 0, [], errors)
     return errors

@@ -7,7 +7,14 @@ A dead job gets the rest of its epilog by state (launcher.lifecycle.finish: outp
 are staged out before anything is removed); a job Slurm still runs whose setup or
 epilog was interrupted is recovered by state like `jobns recover` does.
 Also swept: job trees in the bases with no record and no running task (a node
-crash or reboot loses /run), and temporary trees older than an hour.
+crash or reboot loses /run), temporary trees older than an hour, and trees teardown
+sealed and retired (<name>~removing-*, root's) because a writer outside the job kept
+refilling them.
+
+gc removes only what it proved dead (SECURITY.md rule 8): a job with any record,
+readable or not, is never swept as "unrecorded"; a damaged record is reported and
+kept for the administrator; a squatter's entry moved aside (<name>~moved-*) is never
+touched.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import time
 
 from launcher import config as config_mod
 from launcher import fs, state
-from launcher.errors import JobnsError
-from launcher.lifecycle import finish, recover_one
-from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree
-from launcher.run import Options
-from launcher.setup import require_root, tree_from_record
+from launcher.errors import JobnsError, UserError
+from launcher.inputs import Options
+from launcher.job import safe_component
+from launcher.lifecycle import finish, recover_one, require_root
+from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree, tree_from_record
+from launcher.record import trees_of
 
 ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                 "REQUEUED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
@@ -94,8 +102,11 @@ def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
     return 0
 
 
-def unrecorded_trees(config: config_mod.Config, recorded: set[str]) -> list[Tree]:
-    """job-* trees in the local and shm bases that look like jobns's and nobody holds."""
+def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[str]
+                     ) -> list[Tree]:
+    """job-* trees in the local and shm bases that look like jobns's, that no record (of
+    any job in `jobs`, readable or not) names, and that nobody holds; plus temporary and
+    retired trees."""
     found = []
     for role, base, children in (("local", config.local_base, ("tmp", "var_tmp")),
                                  ("shm", config.shm_base, ())):
@@ -112,12 +123,35 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str]) -> list[Tree
                 except OSError:
                     pass
                 continue
-            if not name.startswith("job-") or path in recorded:
+            if fs.RETIRED in name and name.startswith("job-") and _root_dir(path):
+                found.append(Tree(role, base, (), name, (), True))
+                continue
+            job_id = name[4:] if name.startswith("job-") else ""
+            if not _job_id(job_id) or job_id in jobs or path in recorded:
                 continue
             tree = Tree(role, base, (), name, children, True)
             if looks_like_ours(tree) and not in_use(tree):
                 found.append(tree)
     return found
+
+
+def _job_id(value: str) -> bool:
+    try:
+        safe_component(value, "job id", "")
+    except JobnsError:
+        return False
+    return True
+
+
+def _root_dir(path: str) -> bool:
+    """A directory of root's: only teardown makes one with a retired tree's name."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0
 
 
 def looks_like_ours(tree: Tree) -> bool:
@@ -160,22 +194,23 @@ def main(opts: Options, _command: list[str]) -> int:
     alive = slurm_alive_jobs() if not opts.get("no_slurm") else None
     problems = 0
     recorded_paths: set[str] = set()
-    for job_id in state.list_jobs(config.state_dir):
+    jobs = set(state.list_jobs(config.state_dir))
+    for job_id in sorted(jobs):
         try:
             record = state.read_record(config.state_dir, job_id)
         except JobnsError as e:
-            print(f"jobns gc: {e}")
+            # Unreadable is not dead: its trees may be a running job's. Kept for the admin.
+            print(f"jobns gc: job {job_id}: damaged record kept, nothing of the job removed "
+                  f"(inspect it, then jobns teardown --job-id {job_id} --force): {e}")
             problems += 1
             continue
         if record is None:
             continue
-        trees = record["trees"]
-        assert isinstance(trees, list)
-        recorded_paths |= {tree_from_record(t).path for t in trees}
+        recorded_paths |= {tree_from_record(t).path for t in trees_of(record)}
         dead = job_id not in alive if alive is not None else \
             dead_by_record(config.state_dir, job_id, record)
         if not dead:
-            if alive is not None and record["state"] != "running":
+            if alive is not None and record["state"] not in ("running", state.REFUSED):
                 problems += recover_live(config, job_id, dry)
             continue
         why = "not alive in Slurm" if alive is not None else f"recorded state {record['state']}"
@@ -189,6 +224,8 @@ def main(opts: Options, _command: list[str]) -> int:
                     # The whole epilog, by state: outputs are staged out before removal.
                     finish(config, job_id, fresh, force=True)
                 lock.release_and_remove()
+        except UserError as e:
+            print(f"jobns gc: job {job_id}: kept: {e}")
         except JobnsError as e:
             print(f"jobns gc: job {job_id}: {e}")
             problems += 1
@@ -199,8 +236,9 @@ def main(opts: Options, _command: list[str]) -> int:
         for err in sweep(config.state_dir, config):
             print(f"jobns gc: {err}")
             problems += 1
-    for tree in unrecorded_trees(config, recorded_paths):
-        print(f"{'would remove' if dry else 'removing'} {tree.path} (no job record, unused)")
+    for tree in unrecorded_trees(config, recorded_paths, jobs):
+        what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
+        print(f"{'would remove' if dry else 'removing'} {tree.path} ({what})")
         if not dry:
             for err in fs.remove_recorded(tree):
                 print(f"jobns gc: {err}")

@@ -42,6 +42,13 @@ class User:
         return f"User({self.name!r}, uid={self.uid}, gid={self.gid})"
 
 
+def switch_user(user: User) -> None:
+    """Root acting for someone else: become the job user (all groups, then gid, uid)."""
+    os.setgroups(list(user.groups))
+    os.setgid(user.gid)
+    os.setuid(user.uid)
+
+
 def lookup_user(spec: str) -> User:
     """A user by name or numeric uid, with its supplementary groups."""
     import pwd

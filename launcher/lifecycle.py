@@ -1,10 +1,13 @@
 """A job's life on this node as seed 003's burst-buffer states: persisted, resumable.
 
   jobns setup      pending -> staging-in -> staged-in -> pre-run -> running
+                   (or refused: the job's user asked for something impossible)
   jobns teardown   running -> post-run -> staging-out -> teardown -> complete (forgotten)
 
-Each state is written (atomically, launcher.state) *before* its work starts, so after
-a crash the record says what was interrupted, and every step can run again:
+This module is the only owner of those states; `jobns setup`, `teardown`, `recover`
+and `gc` are thin commands over it. Each state is written (atomically, launcher.state)
+*before* its work starts, so after a crash the record says what was interrupted, and
+every step can run again:
 
   state             on entering it                      after a crash (recover / gc)
   pending           record written; no task may join    teardown, then set up again
@@ -13,6 +16,7 @@ a crash the record says what was interrupted, and every step can run again:
   staged-in         -                                   the same
   pre-run           pin the namespace, pre-run program  pre-run again
   running           tasks may join                      nothing
+  refused           tasks fail with the reason          nothing (teardown forgets it)
   post-run          no task may join; end its processes post-run again
                     (kill_wait); post-run program
   staging-out       stage_out copies, scratch->session  post-run again
@@ -20,13 +24,21 @@ a crash the record says what was interrupted, and every step can run again:
   teardown-fail     kept for the administrator          teardown again
   complete          the record is removed next          forget it
 
-Failures: a failing stage-in or pre-run fails the setup (exit 125) and runs the
-teardown (inputs go back to the session directory first). A failing post-run program
-is reported and the epilog goes on (outputs must still be saved). A failing stage-out
-keeps the job in staging-out with every output in scratch or in the session directory:
-`jobns teardown` again resumes it, `jobns teardown --hurry` discards what is left.
-A job that never ran gets no post-run and no stage_out copies (seed 003: a job that
-never ran goes straight to teardown), but its session inputs still go back.
+Who is failed by what (SECURITY.md rule 2; README "Who is failed by what"): a problem
+the job's user caused (launcher.errors.UserError: a bad directive, an impossible
+capacity, stage-in inputs she cannot read, a session directory not hers, a stage-out
+destination she cannot write, a mount or a writer in her tree) fails her job, never
+the node: setup refuses the job and exits 0 (every task then exits 125 with the
+reason), teardown keeps what is at stake and exits 0. A fault of the node or the site
+(state directory, kernel refusal, the site's pre-run program) fails loudly (125).
+
+A failing stage-in or pre-run tears the job down (inputs back in the session
+directory first). A failing post-run program is reported and the epilog goes on
+(outputs must still be saved). A failing stage-out keeps the job in staging-out with
+every output in scratch or in the session directory: `jobns teardown` again resumes
+it, `jobns teardown --hurry` discards what is left. A job that never ran gets no
+post-run and no stage_out copies (seed 003: a job that never ran goes straight to
+teardown), but its session inputs still go back.
 """
 
 from __future__ import annotations
@@ -34,249 +46,171 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import time
 
-from launcher import fs, sizelimit, state, transfer
-from launcher.capacity import Capacities
-from launcher.errors import JobnsError
-from launcher.fastimport import set_pdeathsig, signal
-from launcher.plan import TMP_TARGETS, build
-from launcher.setup import (
+from launcher import fs, pins, sizelimit, state
+from launcher.errors import JobnsError, UserError
+from launcher.inputs import Options
+from launcher.plan import tree_from_record
+from launcher.programs import run_program
+from launcher.record import (
+    NO_PINS,
+    Record,
+    job_of,
     new_record,
-    pin_namespaces,
-    require_root,
+    options_of,
+    owner,
+    pins_of,
+    plan_of,
     run_env_values,
-    tree_from_record,
-    unpin,
+    trees_of,
 )
+from launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
 from launcher.staging import Staging
-from launcher.teardown import hold_namespace, teardown_locked, terminate_namespace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Mapping
 
+    from launcher.capacity import Capacities
     from launcher.config import Config
+    from launcher.directives import Directives
     from launcher.fs import TreeHandle
     from launcher.job import Job
-    from launcher.plan import Plan
-    from launcher.run import Options
+    from launcher.plan import Plan, Tree
 
-Record = dict[str, object]
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
 EPILOG_STATES = ("running", "post-run", "staging-out")
+ATTEMPTS = 3
+RETRY_PAUSE = 1.0
+COMMENT_PREFIX = "jobns:"
 
 
 def warn(msg: str) -> None:
     sys.stderr.write(f"jobns: {msg}\n")
 
 
-# ------------------------------------------------------------------------ who and where
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        role = {"setup": "a Slurm Prolog", "teardown": "a Slurm Epilog"}.get(what,
+                                                                             "an admin command")
+        raise JobnsError(f"jobns {what} must run as root (it is {role})")
 
 
-def job_of(record: Record) -> Job:
-    """The job a record describes (its user looked up again for the groups)."""
-    from launcher.job import Job, User, lookup_user
-
-    user = record["user"]
-    assert isinstance(user, dict)
-    uid, gid = int(user["uid"]), int(user["gid"])
-    try:
-        u = lookup_user(str(uid))
-    except JobnsError:
-        u = User(str(user["name"]), uid, gid, (gid,), "/")
-    return Job(str(record["job_id"]), u, str(record["hostname"]), str(record["layout"]),
-               bool(record["no_rm_tmpdir"]))
+# ------------------------------------------------------------------------- the request
 
 
-def plan_of(config: Config, record: Record, job: Job) -> Plan:
-    """The job's plan with the recorded trees (the record is the truth, even if the
-    config changed since)."""
-    plan = build(config, job)
-    trees = record["trees"]
-    assert isinstance(trees, list)
-    plan.trees = [tree_from_record(t) for t in trees]
-    return plan
+def gather_directives(opts: Options, environ: Mapping[str, str],
+                      config: Config | None = None) -> Directives | None:
+    """#JOBNS directives from --script, --directives and the Slurm job comment.
 
+    Under Slurm a user's own environment never reaches the prolog, but the job's
+    comment does (SLURM_JOB_COMMENT): `sbatch --comment "jobns: shared_tmpdir=per-node"`.
+    The directive word ([directives] word) and the capacity granularity ([capacity]
+    granularity) come from the config.
+    """
+    script = opts.get("script")
+    comment = environ.get("SLURM_JOB_COMMENT", "")
+    if not script and not opts.get("directives") and COMMENT_PREFIX not in comment:
+        return None  # the common prolog: no directives, so no parser (~25 ms of imports)
+    from launcher.capacity import granularity
+    from launcher.directives import parse_directives, parse_script
 
-def host_dirs(record: Record) -> dict[str, str]:
-    """Where the job's /tmp, /var/tmp and /dev/shm are on the host."""
-    out: dict[str, str] = {}
-    trees = record["trees"]
-    assert isinstance(trees, list)
-    for t in trees:
-        tree = tree_from_record(t)
-        if tree.role == "shm":
-            out["/dev/shm"] = tree.path
-        else:
-            out.update({target: f"{tree.path}/{child}" for child, target in TMP_TARGETS})
-    return out
-
-
-def _user_ids(record: Record) -> tuple[int, int, list[int]]:
-    user = record["user"]
-    assert isinstance(user, dict)
-    return transfer.user_ids(int(user["uid"]), int(user["gid"]))
-
-
-# --------------------------------------------------------------------------- programs
-
-
-def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
-    """The pre-run/post-run environment: the job's own variables (paths as the job sees
-    them), Slurm's prolog/epilog variables, and JOBNS_* with the host paths."""
-    from launcher.environment import job_environment
-
-    job = job_of(record)
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "LANG": "C.UTF-8"}
-    env.update({k: v for k, v in os.environ.items() if k.startswith("SLURM_")})
-    env.update(job_environment(config, job))
-    staging = Staging.from_record(record.get("staging"))
-    if staging is not None and staging.runtime_scratchdir and "RUNTIME_LOCAL_SCRATCH_DIR" \
-            in env:
-        env["RUNTIME_LOCAL_SCRATCH_DIR"] = staging.runtime_scratchdir
-    pins = record["pins"]
-    assert isinstance(pins, dict)
-    dirs = host_dirs(record)
-    env.update({
-        "JOBNS_JOB_ID": job.job_id, "JOBNS_USER": job.user.name,
-        "JOBNS_UID": str(job.user.uid), "JOBNS_GID": str(job.user.gid),
-        "JOBNS_STATE": phase, "JOBNS_LAYOUT": job.layout,
-        "JOBNS_HOST_TMP": dirs.get("/tmp", ""), "JOBNS_HOST_VAR_TMP": dirs.get("/var/tmp", ""),
-        "JOBNS_HOST_SHM": dirs.get("/dev/shm", ""),
-        # `nsenter --mount=$JOBNS_MNT_NS` enters the job's mount namespace.
-        "JOBNS_MNT_NS": str(pins.get("mnt") or ""), "JOBNS_USER_NS": str(pins.get("user") or ""),
-        "JOBNS_SESSION_DIR": (staging.session_dir or "") if staging else "",
-        "JOBNS_SCRATCH_DIR": (staging.scratch_dir or "") if staging else "",
-    })
-    return env
-
-
-def run_program(config: Config, record: Record, phase: str) -> str | None:
-    """Run [lifecycle] pre_run/post_run as root without a shell; None, or what failed."""
-    key = phase.replace("-", "_")
-    command = getattr(config.lifecycle, key)
-    if not command:
+    word = config.directive_word if config is not None else "JOBNS"
+    gran = granularity(config) if config is not None else 1
+    found: list[Directives] = []
+    if script:
+        try:
+            with open(str(script), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            raise JobnsError(f"read batch script {script}: {e.strerror}") from None
+        found.append(parse_script(text, word, gran))
+    if opts.get("directives"):
+        found.append(parse_directives(str(opts["directives"]), word, gran))
+    if COMMENT_PREFIX in comment:
+        found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1], word, gran))
+    if not found:
         return None
-    import shlex
-    import subprocess
-
-    argv = shlex.split(command)
-    timeout = config.lifecycle.program_timeout
-    sys.stderr.flush()
-    try:
-        # Its output goes to our stderr: the prolog/epilog log. Own process group, so a
-        # timeout kills whatever it started too.
-        # It dies with jobns (as Slurm kills running burst-buffer scripts when slurmctld
-        # stops): `jobns recover` runs it again, never alongside an orphaned copy.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                                stderr=sys.stderr.fileno(), cwd="/", process_group=0,
-                                env=program_env(config, record, phase),
-                                preexec_fn=lambda: set_pdeathsig(signal.SIGKILL))
-    except OSError as e:
-        return f"{phase} program {argv[0]}: {e.strerror}; fix [lifecycle] {key}"
-    try:
-        status = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return (f"{phase} program {command!r} still ran after {timeout:g} s and was killed; "
-                "raise [lifecycle] program_timeout or fix the program")
-    if status != 0:
-        how = f"was killed by signal {-status}" if status < 0 else \
-            f"failed with exit status {status}"
-        return f"{phase} program {command!r} {how} (its output is above)"
-    return None
+    merged = found[0]
+    for d in found[1:]:  # later sources fill in what earlier ones left unset
+        merged.layout = merged.layout or d.layout
+        merged.no_rm_tmpdir = merged.no_rm_tmpdir or d.no_rm_tmpdir
+        merged.shm_capacity = merged.shm_capacity or d.shm_capacity
+        merged.tmp_capacity = merged.tmp_capacity or d.tmp_capacity
+        merged.stage_in += d.stage_in
+        merged.stage_out += d.stage_out
+        merged.warnings += d.warnings
+    for w in merged.warnings:
+        sys.stderr.write(f"jobns: warning: {w}\n")
+    return merged
 
 
-# ---------------------------------------------------------------------------- staging
-
-
-def _check_session_dir(record: Record, staging: Staging) -> None:
-    """The session directory must be a real directory of the job user's (root looks,
-    without following a symlink in its last component)."""
-    import stat
-
-    path = staging.session_dir
-    if path is None:
+def apply_directives(opts: Options, d: Directives | None) -> None:
+    """Flags given on the command line win over directives."""
+    if d is None:
         return
-    user = record["user"]
-    assert isinstance(user, dict)
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        raise JobnsError(f"stage in session directory {path}: {e.strerror}; was the job "
-                         "submitted through ARC?") from None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != user["uid"]:
-        raise JobnsError(f"refuse session directory {path}: it must be a directory owned by "
-                         f"the job user (uid {user['uid']}), not a symlink or someone "
-                         "else's; check --session-dir / [staging] session_dir")
-
-
-def stage_in(record: Record, staging: Staging) -> list[str]:
-    """stage_in copies, then session -> scratch; as the job user."""
-    movetool = transfer.split_movetool(staging.movetool)
-
-    def work() -> transfer.Result:
-        t = transfer.Transfer("staging-in", movetool, staging.timeout)
-        for c in staging.stage_in:  # first: a source may lie in the session directory
-            t.copy_path(c.source, c.destination, c.line)
-        if staging.session_dir and staging.scratch_dir:
-            skip = frozenset(staging.stdio) if staging.link_stdio else frozenset()
-            t.move_contents(staging.session_dir, staging.scratch_dir, skip)
-            if staging.link_stdio and not t.errors:
-                t.link_stdio(staging.session_dir, staging.scratch_dir, staging.stdio)
-        return t.result()
-
-    return _worker(record, "stage in", work)
-
-
-def stage_out(record: Record, staging: Staging, ran: bool) -> list[str]:
-    """stage_out copies (a job that ran only), then scratch -> session; as the job user."""
-    movetool = transfer.split_movetool(staging.movetool)
-
-    def work() -> transfer.Result:
-        t = transfer.Transfer("staging-out", movetool, staging.timeout)
-        if ran:  # first: a source may lie in scratch
-            for c in staging.stage_out:
-                t.copy_path(c.source, c.destination, c.line)
-        if staging.session_dir and staging.scratch_dir:
-            if staging.link_stdio:
-                t.unlink_stdio(staging.session_dir, staging.scratch_dir, staging.stdio)
-            t.move_contents(staging.scratch_dir, staging.session_dir)
-        return t.result()
-
-    return _worker(record, "stage out", work)
-
-
-def unstage_session(record: Record, staging: Staging) -> list[str]:
-    """Teardown's part: whatever is still in scratch goes back to the session directory."""
-    if not (staging.session_dir and staging.scratch_dir):
-        return []
-    if not os.path.isdir(staging.scratch_dir):
-        return []  # never made, or already removed
-    movetool = transfer.split_movetool(staging.movetool)
-    session, scratch = staging.session_dir, staging.scratch_dir
-
-    def work() -> transfer.Result:
-        t = transfer.Transfer("teardown", movetool, staging.timeout)
-        if staging.link_stdio:
-            t.unlink_stdio(session, scratch, staging.stdio)
-        t.move_contents(scratch, session)
-        return t.result()
-
-    return _worker(record, "move scratch back", work)
-
-
-def _worker(record: Record, what: str, work: Callable[[], transfer.Result]) -> list[str]:
-    uid, gid, groups = _user_ids(record)
-    result = transfer.as_user(uid, gid, groups, what, work)
-    for w in transfer.warnings_of(result):
-        warn(f"job {record['job_id']}: {w}")
-    return transfer.errors_of(result)
+    if opts.get("use_shared_tmpdir") is None and d.layout in ("shared", "per-node"):
+        opts["use_shared_tmpdir"] = "" if d.layout == "shared" else "per-node"
+    if d.no_rm_tmpdir:
+        opts["no_rm_tmpdir"] = True
 
 
 # ------------------------------------------------------------------------------ setup
+
+
+def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capacities | None,
+          staging: Staging | None) -> None:
+    """The prolog under the job lock: set the job up, or refuse it for a user's error."""
+    state.ensure_state_dir(config.state_dir)
+    with state.JobLock(config.state_dir, job.job_id) as lock:
+        old = state.read_record(config.state_dir, job.job_id)
+        if old is not None:
+            if old["state"] == state.REFUSED:
+                return  # the prolog ran twice for a refused job: still refused
+            if old.get("options") != options_of(job, caps, staging):
+                raise JobnsError(f"setup job {job.job_id}: it is already set up on this node "
+                                 f"with other options ({old.get('options')}); run jobns "
+                                 "teardown first")
+            if old["state"] == "running":
+                return  # idempotent: the prolog ran twice
+            # An interrupted setup or epilog of the same job: finish it (nothing is lost:
+            # staged-in inputs go back first), then set up anew.
+            finish(config, job.job_id, old, force=True)
+        try:
+            start(config, job, plan, kill_wait, caps, staging)
+        except UserError as e:
+            if state.is_set_up(config.state_dir, job.job_id):
+                raise  # its teardown failed too: that is for the administrator
+            refuse(config, job, kill_wait, str(e))
+        except BaseException:
+            if not state.is_set_up(config.state_dir, job.job_id):
+                lock.release_and_remove()  # nothing of the job is left: neither is its lock
+            raise
+
+
+def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> None:
+    """The prolog of a job whose request is impossible: record it as refused (under the
+    job lock; a job already set up or refused on this node is left as it is)."""
+    state.ensure_state_dir(config.state_dir)
+    with state.JobLock(config.state_dir, job.job_id):
+        old = state.read_record(config.state_dir, job.job_id)
+        if old is None:
+            refuse(config, job, kill_wait, reason)
+        elif old["state"] != state.REFUSED:
+            warn(f"setup {job.job_id}: {reason} (the job is already {old['state']} on this "
+                 "node and stays so)")
+
+
+def refuse(config: Config, job: Job, kill_wait: float, reason: str) -> None:
+    """Record a job its user made impossible: nothing of it exists on the node, and every
+    task fails with the reason. The prolog succeeds: the node stays in service."""
+    record = new_record(job, None, kill_wait, config, state=state.REFUSED)
+    record["errors"] = [reason]
+    state.write_record(config.state_dir, job.job_id, record)
+    state.close_run_env(config.state_dir, job.job_id, state.REFUSED, job.user.uid, reason)
+    warn(f"setup {job.job_id}: refused the job (a problem of its user's, not of this "
+         f"node): {reason}")
 
 
 def start(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capacities | None,
@@ -285,7 +219,7 @@ def start(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
     teardown runs (nothing is lost) and the error is raised again."""
     record = new_record(job, plan, kill_wait, config, caps, staging)
     state.write_record(config.state_dir, job.job_id, record)
-    state.close_run_env(config.state_dir, job.job_id, "pending")
+    state.close_run_env(config.state_dir, job.job_id, "pending", job.user.uid)
     state.pause_point("pending")
     run_setup(config, record, job, plan)
     return record
@@ -298,16 +232,17 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
         state.enter(state_dir, job_id, record, "staging-in")
         staging = Staging.from_record(record.get("staging"))
         if staging is not None:
-            _check_session_dir(record, staging)
+            check_session_dir(record, staging)
         handles += make_trees(config, record, job, plan)
         if staging is not None:
             errors = stage_in(record, staging)
             if errors:
                 for err in errors:
                     warn(f"setup {job_id}: {err}")
-                raise JobnsError(f"setup job {job_id}: stage-in failed ({len(errors)} "
-                                 "problem(s), listed above); the job is torn down and its "
-                                 "inputs are back in its session directory")
+                raise UserError(f"stage-in failed: {errors[0]}"
+                                + (f" (and {len(errors) - 1} more, listed in the prolog log)"
+                                   if len(errors) > 1 else "")
+                                + "; the inputs are back in the session directory")
         state.enter(state_dir, job_id, record, "staged-in")
         pre_run(config, record, job, plan, handles)
 
@@ -331,25 +266,26 @@ class _Aborting:
 
 
 def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[TreeHandle]:
-    """Create the job's trees (and mount their capacity tmpfs), and its scratch tree."""
+    """Create the job's trees (and mount their capacity tmpfs), and its scratch tree.
+
+    Whatever is found at a tree's place that jobns did not make for this job is moved
+    aside (a squatter never blocks, receives or loses anything). A tree with a capacity
+    is always made now, and stays root's until its tmpfs is mounted on it: the user
+    cannot rename it away in between (the mount would land where she chose)."""
     uid, gid = plan.owner
-    trees = record["trees"]
-    assert isinstance(trees, list)
     handles: list[TreeHandle] = []
+    aside: list[str] = []
     try:
-        for tree, rec in zip(plan.trees, trees, strict=True):
-            h = fs.acquire_tree(tree, uid, gid)
+        for tree, rec in zip(plan.trees, trees_of(record), strict=True):
+            size = rec.get("capacity")
+            fresh = isinstance(size, int)
+            h = fs.acquire_tree(tree, uid, gid, aside=aside, fresh=fresh)
             handles.append(h)
             if h.created:
                 rec["made"] = True
                 state.write_record(config.state_dir, job.job_id, record)
-            size = rec.get("capacity")
             if not isinstance(size, int):
                 continue
-            if not h.created:
-                raise JobnsError(f"set a capacity on {tree.path}: it existed before this "
-                                 "setup (a task of the job ran without jobns setup?); "
-                                 "remove it or drop the capacity directive")
             sizelimit.mount(h, size, uid, gid, job.job_id)
             again = fs.acquire_tree(tree, uid, gid, create=False)
             again.created = True
@@ -358,7 +294,7 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
         staging = record.get("staging")
         scratch = staging.get("scratch_tree") if isinstance(staging, dict) else None
         if isinstance(scratch, dict):
-            h = fs.acquire_tree(tree_from_record(scratch), uid, gid, lock=False)
+            h = fs.acquire_tree(tree_from_record(scratch), uid, gid, lock=False, aside=aside)
             h.close()
             if h.created:
                 scratch["made"] = True
@@ -367,6 +303,9 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
         for h in handles:
             h.close()
         raise
+    finally:
+        for note in aside:
+            warn(f"setup {job.job_id}: warning: {note}")
     return handles
 
 
@@ -375,16 +314,14 @@ def pre_run(config: Config, record: Record, job: Job, plan: Plan,
     """pre-run -> running: pin the namespace, run the pre-run program, open the job."""
     state_dir, job_id = config.state_dir, job.job_id
     state.enter(state_dir, job_id, record, "pre-run")
-    pins = record["pins"]
-    assert isinstance(pins, dict)
     for _ in range(3):  # a crashed earlier pre-run's pins (even stacked)
-        unpin(pins)
-    record["pins"] = pin_namespaces(plan, handles, job, state_dir)
+        pins.unpin(pins_of(record))
+    record["pins"] = pins.pin(plan, handles, job, state_dir)
     state.write_record(state_dir, job_id, record)
     failure = run_program(config, record, "pre-run")
     if failure is not None:
         raise JobnsError(f"setup job {job_id}: {failure}; the job is torn down")
-    state.write_run_env(state_dir, job_id, run_env_values(record, config))
+    state.write_run_env(state_dir, job_id, run_env_values(record, config), job.user.uid)
     record["ran"] = True
     state.enter(state_dir, job_id, record, "running")
 
@@ -403,20 +340,24 @@ def abort(config: Config, job_id: str, record: Record, cause: BaseException) -> 
 
 def finish(config: Config, job_id: str, record: Record, force: bool = False,
            hurry: bool = False) -> None:
-    """The epilog from whatever state the job is in (see the module docstring)."""
+    """The epilog from whatever state the job is in (see the module docstring).
+
+    Raises UserError when the job's own stage-out failed (the outputs are kept), and
+    JobnsError when the node could not tear the job down."""
     state_dir = config.state_dir
     st = str(record["state"])
-    if st == "complete":
+    if st in ("complete", state.REFUSED):
         errors = state.remove_job_dir(state_dir, job_id)
         if errors:
             raise JobnsError(f"teardown job {job_id}: {'; '.join(errors)}")
         return
+    uid = owner(record)
     ran = record.get("ran", st in EPILOG_STATES) is True
     if st in SETUP_STATES or st in EPILOG_STATES:
-        state.close_run_env(state_dir, job_id, "post-run" if ran else "teardown")
+        state.close_run_env(state_dir, job_id, "post-run" if ran else "teardown", uid)
     if ran and st in EPILOG_STATES:
         state.enter(state_dir, job_id, record, "post-run")
-        stuck = _terminate(record)
+        stuck = pins.terminate(pins_of(record), float(str(record["kill_wait"])))
         for err in stuck:
             warn(f"post-run {job_id}: {err}")
         if not hurry:
@@ -433,7 +374,7 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
                 _note_errors(state_dir, job_id, record, errors)
                 where = " and ".join(p for p in (staging.scratch_dir, staging.session_dir)
                                      if p) if staging is not None else ""
-                raise JobnsError(
+                raise UserError(
                     f"stage-out of job {job_id} failed ({len(errors)} problem(s), listed "
                     f"above); the job is kept in staging-out and every output is whole in "
                     f"{where or 'the job directories'}: fix the problem and run jobns "
@@ -442,25 +383,104 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
     teardown_locked(state_dir, job_id, record, force=force, hurry=hurry)
 
 
-def _terminate(record: Record) -> list[str]:
-    """End every process left in the job's namespace (seed 004: SIGCONT+SIGTERM,
-    kill_wait, SIGKILL), keeping the pins: teardown still needs them."""
-    pins = record["pins"]
-    assert isinstance(pins, dict)
-    held = hold_namespace(pins)
-    if held is None:
-        return []
-    try:
-        dev, ino = pins.get("mnt_dev"), pins.get("mnt_ino")
-        assert isinstance(dev, int) and isinstance(ino, int)
-        return terminate_namespace(dev, ino, float(str(record["kill_wait"])))
-    finally:
-        os.close(held)
-
-
 def _note_errors(state_dir: str, job_id: str, record: Record, errors: list[str]) -> None:
     record["errors"] = errors
     state.write_record(state_dir, job_id, record)
+
+
+def removable(t: Mapping[str, object], record: Mapping[str, object]) -> bool:
+    """A recorded tree teardown removes: a job that ran owns all its trees; a setup that
+    failed or crashed owns only what it made (never a directory it found in place)."""
+    return bool(t.get("remove")) and (record.get("ran", True) is True or t.get("made", True)
+                                      is True)
+
+
+def teardown_once(record: Record, unstage: bool = True) -> list[str]:
+    """One attempt at the teardown state: unpin, end the job's processes, put scratch
+    back, then for each tree: seal it, detach what is mounted in it, empty and detach
+    its capacity, remove it."""
+    errors: list[str] = []
+    job_pins = pins_of(record)
+    job_id = str(record["job_id"])
+    held = pins.hold(job_pins)
+    try:
+        errors += pins.unpin(job_pins)
+        dev, ino = job_pins.get("mnt_dev"), job_pins.get("mnt_ino")
+        kill_wait = float(str(record["kill_wait"]))
+        if held is not None and isinstance(dev, int) and isinstance(ino, int):
+            errors += pins.terminate_namespace(dev, ino, kill_wait)
+        staging = Staging.from_record(record.get("staging"))
+        scratch = staging.scratch_tree if staging is not None else None
+        keep_scratch = False
+        if unstage and staging is not None and scratch is not None:
+            # Seed 001: scratch is removed only once its content is back in the session
+            # directory. After a successful stage-out it is empty; after a failed or
+            # interrupted setup it holds the job's inputs, which go back where they were.
+            problems = unstage_session(record, staging)
+            errors += problems
+            keep_scratch = bool(problems)
+        for t in trees_of(record):
+            tree = tree_from_record(t)
+            if removable(t, record) or isinstance(t.get("capacity"), int):
+                _clear_the_way(tree, job_id)
+            if isinstance(t.get("capacity"), int):
+                # Unmount first: removal never crosses into another file system.
+                errors += sizelimit.unmount(tree, job_id)
+            if removable(t, record):
+                errors += fs.remove_recorded(tree)
+        st = record.get("staging")
+        scratch_rec = st.get("scratch_tree") if isinstance(st, dict) else None
+        if scratch is not None and isinstance(scratch_rec, dict) and not keep_scratch \
+                and removable(scratch_rec, record):
+            _clear_the_way(scratch, job_id)
+            errors += fs.remove_recorded(scratch)
+        if held is not None and isinstance(dev, int) and isinstance(ino, int):
+            errors += pins.terminate_namespace(dev, ino, 0.0)  # a task that joined meanwhile
+    finally:
+        if held is not None:
+            os.close(held)
+    return errors
+
+
+def _clear_the_way(tree: Tree, job_id: str) -> None:
+    """Before removing a tree: nobody may enter it any more (seal), and nothing the user
+    mounted inside it (FUSE from the host) may stop or redirect the removal."""
+    fs.seal(tree)
+    for note in fs.detach_mounts(tree, sizelimit.source_name(tree.role, job_id)):
+        warn(f"teardown {job_id}: {note}")
+
+
+def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = False,
+                    hurry: bool = False) -> None:
+    """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
+    hurry: remove scratch without moving its content back (like scancel --hurry)."""
+    if record["state"] not in ("teardown", "teardown-fail"):
+        state.enter(state_dir, job_id, record, "teardown")
+    errors: list[str] = []
+    for attempt in range(ATTEMPTS):
+        errors = teardown_once(record, unstage=not hurry)
+        if not errors:
+            state.enter(state_dir, job_id, record, "complete")
+            errors = state.remove_job_dir(state_dir, job_id)
+            if not errors:
+                return
+        fails = record["teardown_failures"]
+        assert isinstance(fails, int)
+        record["teardown_failures"] = fails + 1
+        record["errors"] = errors
+        state.write_record(state_dir, job_id, record)
+        if attempt + 1 < ATTEMPTS:
+            time.sleep(RETRY_PAUSE)
+    state.enter(state_dir, job_id, record, "teardown-fail")
+    for err in errors:
+        sys.stderr.write(f"jobns: teardown {job_id}: {err}\n")
+    if force:
+        state.remove_job_dir(state_dir, job_id)
+        raise JobnsError(f"teardown job {job_id}: forgot its record (--force) although "
+                         f"{len(errors)} problem(s) remain (listed above); clean those by hand")
+    raise JobnsError(f"teardown job {job_id}: {len(errors)} problem(s) after {ATTEMPTS} "
+                     "attempts (listed above); the job is kept as teardown-fail: fix them and "
+                     "run jobns teardown again, or --force to forget it")
 
 
 # ---------------------------------------------------------------------------- recover
@@ -469,8 +489,8 @@ def _note_errors(state_dir: str, job_id: str, record: Record, errors: list[str])
 def recover_one(config: Config, job_id: str, record: Record) -> str:
     """Act on an interrupted job by its recorded state (seed 003, slurmctld restart)."""
     st = str(record["state"])
-    if st == "running":
-        return "running: nothing to do"
+    if st in ("running", state.REFUSED):
+        return f"{st}: nothing to do"
     if st in ("pending", "staging-in", "staged-in"):
         request = copy.deepcopy(record)
         finish(config, job_id, record)  # teardown: inputs back, trees removed
@@ -478,8 +498,14 @@ def recover_one(config: Config, job_id: str, record: Record) -> str:
         job = job_of(redo)
         plan = plan_of(config, redo, job)
         state.write_record(config.state_dir, job_id, redo)
-        state.close_run_env(config.state_dir, job_id, "pending")
-        run_setup(config, redo, job, plan)
+        state.close_run_env(config.state_dir, job_id, "pending", job.user.uid)
+        try:
+            run_setup(config, redo, job, plan)
+        except UserError as e:
+            if state.is_set_up(config.state_dir, job_id):
+                raise
+            refuse(config, job, float(str(redo["kill_wait"])), str(e))
+            return f"{st}: torn down; set up again: refused ({e})"
         return f"{st}: torn down and set up again: running"
     if st == "pre-run":
         job = job_of(record)
@@ -496,56 +522,16 @@ def recover_one(config: Config, job_id: str, record: Record) -> str:
 
 def _restart(record: Record) -> Record:
     """The request of an interrupted setup, as new (nothing of it exists any more)."""
-    import time
-
     now = time.time()
     redo = copy.deepcopy(record)
     redo.update({"state": "pending", "updated": now, "ran": False, "teardown_failures": 0,
-                 "errors": [], "pins": {"user": None, "mnt": None, "mnt_dev": None,
-                                        "mnt_ino": None}})
+                 "errors": [], "pins": dict(NO_PINS)})
     history = redo["history"]
     assert isinstance(history, list)
     history.append({"state": "pending", "at": now})
-    trees = redo["trees"]
-    assert isinstance(trees, list)
-    for t in trees:
+    for t in trees_of(redo):
         t["made"] = False
     staging = redo.get("staging")
     if isinstance(staging, dict) and isinstance(staging.get("scratch_tree"), dict):
         staging["scratch_tree"]["made"] = False
     return redo
-
-
-def recover_main(opts: Options, _command: list[str]) -> int:
-    """`jobns recover`: after a crash or restart, bring every job (or one) to a state
-    nobody is working on: running, or gone. A job whose lock is held is being handled."""
-    from launcher import config as config_mod
-    from launcher.job import safe_component
-
-    require_root("recover")
-    config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
-    raw = opts.get("job_id")
-    jobs = [safe_component(str(raw), "job id", "pass --job-id with letters, digits, '.', "
-                           "'_', '-'")] if raw else state.list_jobs(config.state_dir)
-    problems = 0
-    for job_id in jobs:
-        lock = state.JobLock(config.state_dir, job_id, blocking=False)
-        try:
-            lock.__enter__()
-        except FileNotFoundError:
-            continue  # no state directory: nothing was ever set up here
-        except JobnsError:
-            print(f"job {job_id}: busy: another jobns holds its lock (it is being handled)")
-            continue
-        try:
-            record = state.read_record(config.state_dir, job_id)
-            if record is not None:
-                print(f"job {job_id}: {recover_one(config, job_id, record)}")
-            if not state.is_set_up(config.state_dir, job_id):
-                lock.release_and_remove()
-        except JobnsError as e:
-            print(f"jobns recover: job {job_id}: {e}", file=sys.stderr)
-            problems += 1
-        finally:
-            lock.__exit__()
-    return 125 if problems else 0

@@ -60,6 +60,21 @@ class Tree:
         return lines
 
 
+def tree_record(t: Tree, capacity: int | None = None) -> dict[str, object]:
+    """A tree as the job record keeps it. "made": this setup created it (a failed setup
+    removes only what it made)."""
+    return {"role": t.role, "base": t.base, "parents": list(t.parents), "name": t.name,
+            "children": list(t.children), "remove": t.remove, "capacity": capacity,
+            "made": False}
+
+
+def tree_from_record(r: dict[str, object]) -> Tree:
+    parents, children = r["parents"], r["children"]
+    assert isinstance(parents, list) and isinstance(children, list)
+    return Tree(str(r["role"]), str(r["base"]), tuple(parents), str(r["name"]), tuple(children),
+                bool(r["remove"]))
+
+
 class Bind:
     __slots__ = ("child", "target", "tree")
 

@@ -11,9 +11,9 @@ from launcher import config as config_mod
 from launcher import state
 from launcher.environment import job_environment
 from launcher.errors import JobnsError
+from launcher.inputs import Options, config_from_run_env, job_from
 from launcher.job import Job, hostname, job_id_from, lookup_user, pmix_identity
-from launcher.run import Options, config_from_run_env, job_from
-from launcher.setup import tree_from_record
+from launcher.plan import tree_from_record
 
 
 def env_main(opts: Options, _command: list[str]) -> int:

@@ -8,55 +8,16 @@ import sys
 from launcher import config as config_mod
 from launcher import namespace
 from launcher.errors import JobnsError
-from launcher.job import Job, hostname, job_id_from, layout_from, pmix_identity, user_from
+from launcher.inputs import Options as Options  # re-exported for hook/ until it imports inputs
+from launcher.inputs import config_from_run_env, job_from, kill_wait_from, net_from
+from launcher.job import Job, switch_user
 from launcher.supervise import Supervisor, arm_child_death_signal, warn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from launcher.config import Config
     from launcher.fs import TreeHandle
-    from launcher.job import User
     from launcher.plan import Plan
 
-Options = dict[str, "str | bool | None"]
-
-
-def kill_wait_from(opts: Options, config: Config) -> float:
-    raw = opts.get("kill_wait")
-    if raw is None:
-        return config.kill_wait
-    try:
-        value = float(str(raw))
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86400:
-        raise JobnsError(f"--kill-wait {raw!r}: expected seconds between 0 and 86400")
-    return value
-
-
-def net_from(opts: Options) -> bool:
-    """True for --net none."""
-    net = opts.get("net") or "host"
-    if net not in ("host", "none"):
-        raise JobnsError(f"--net {net!r}: expected host or none")
-    return net == "none"
-
-
-def job_from(opts: Options, environ: dict[str, str]) -> Job:
-    raw_id = opts.get("job_id")
-    job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
-    user = user_from(str(opts["user"]) if opts.get("user") else None, environ)
-    shared = opts.get("use_shared_tmpdir")
-    nspace, rank = pmix_identity(job_id, environ)
-    return Job(job_id, user, hostname(), layout_from(None if shared is None else str(shared)),
-               bool(opts.get("no_rm_tmpdir")), nspace, rank)
-
-
-def switch_user(user: User) -> None:
-    """Root launching for someone else: drop to the job user (all groups, then gid, uid)."""
-    os.setgroups(list(user.groups))
-    os.setgid(user.gid)
-    os.setuid(user.uid)
 
 
 def enter_workdir(cwd: str) -> None:
@@ -98,7 +59,9 @@ def main(opts: Options, command: list[str]) -> int:
         if opts.get("use_shared_tmpdir") is not None or opts.get("no_rm_tmpdir"):
             warn(f"job {job.job_id} is already set up: the options given to jobns setup apply")
         kw = None if opts.get("kill_wait") is None else kill_wait
-        return run_joined(joined, job, command, environ, kw, net_none)
+        named = bool(opts.get("user") or environ.get("SLURM_JOB_USER")
+                     or environ.get("SLURM_JOB_UID"))
+        return run_joined(joined, job, command, environ, kw, net_none, named)
     # Only a job nobody set up needs its trees planned and made (tasks that join do not).
     from launcher.plan import build
 
@@ -109,30 +72,33 @@ def main(opts: Options, command: list[str]) -> int:
     return run_standalone(plan, job, command, environ, kill_wait, net_none, config.state_dir)
 
 
-def config_from_run_env(values: dict[str, str]) -> Config:
-    raw: dict[str, object] = {}
-    if "arc.scratchdir" in values:
-        raw["arc"] = {"shared_filesystem": bool(values["arc.shared_filesystem"]),
-                      "scratchdir": values["arc.scratchdir"],
-                      "movetool": values["arc.movetool"],
-                      "shared_scratch": values["arc.shared_scratch"]}
-    return config_mod.Config(raw, "jobns setup")
-
-
 def run_joined(values: dict[str, str], job: Job, command: list[str], environ: dict[str, str],
-               kill_wait: float | None, net_none: bool) -> int:
-    """The job was set up by a prolog: join its pinned namespace(s); nothing to make or remove."""
+               kill_wait: float | None, net_none: bool, named: bool) -> int:
+    """The job was set up by a prolog: join its pinned namespace(s); nothing to make or remove.
+
+    The namespace of a job run by an ordinary user is hers (owned by her user namespace:
+    she can mount over /usr/bin/id in it). So root never enters it: a task started by
+    root becomes the job's owner first and joins as her (SECURITY.md rule 1).
+    """
     from launcher.environment import job_environment, pmix_dirs
+    from launcher.job import lookup_user
 
     owner = int(values["uid"])
     caller = os.geteuid()
     if caller != 0 and caller != owner:
         raise JobnsError(f"join job {job.job_id}: it belongs to uid {owner}, not to you "
                          f"(uid {caller})")
-    if job.user.uid not in (0, owner):
-        raise JobnsError(f"join job {job.job_id}: it was set up for uid {owner}, not for "
-                         f"{job.user.name} (uid {job.user.uid})")
+    if job.user.uid != owner:
+        if caller != 0 or named:
+            raise JobnsError(f"join job {job.job_id}: it was set up for uid {owner}, so its "
+                             f"tasks run as uid {owner}, not as {job.user.name} (uid "
+                             f"{job.user.uid}); drop --user (and SLURM_JOB_USER/UID)")
+        # Root without --user: the task runs as the job's owner.
+        user = lookup_user(str(owner)) if owner != 0 else job.user
+        job = Job(job.job_id, user, job.hostname, job.layout, job.no_rm, job.nspace, job.rank)
     env = {**environ, **job_environment(config_from_run_env(values), job)}
+    if caller == 0 and owner != 0:
+        env.update(HOME=job.user.home, USER=job.user.name, LOGNAME=job.user.name)
     task_dirs = pmix_dirs(env)
     user_pin = values["user_pin"] or None
     mnt_pin = values["mnt_pin"]
@@ -143,14 +109,18 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
     me = os.getpid()
 
     def prepare() -> None:
-        # Root may enter the mount namespace directly; the job user enters through the
-        # user namespace it owns (the only way an unprivileged process may setns).
-        namespace.join(user_pin if caller != 0 else None, mnt_pin)
+        if net_none:
+            # Imported here, in the host's namespace: after the join, an import would
+            # read the job's view of the file system.
+            import pyroute2  # noqa: F401
+        if caller == 0 and owner != 0:
+            switch_user(job.user)  # first: root never enters a namespace the user owns
+        # The job user enters through the user namespace she owns (the only way an
+        # unprivileged process may setns); a root job's namespace is root's.
+        namespace.join(user_pin, mnt_pin)
         if net_none:
             namespace.unshare_net()
             namespace.loopback_up()
-        if caller == 0 and job.user.uid != 0:
-            switch_user(job.user)
         arm_child_death_signal(me)
         enter_workdir(cwd)
         make_task_dirs(task_dirs)

@@ -15,11 +15,10 @@ meaning that directory until teardown unmounts it (UMOUNT_NOFOLLOW, by that name
 
 from __future__ import annotations
 
-import errno
 import os
 
-from launcher import fs, libc
-from launcher.errors import JobnsError
+from launcher import fs, libc, mountinfo
+from launcher.errors import JobnsError, UserError
 from launcher.plan import SCRATCH_MODE, TOP_MODE
 
 TYPE_CHECKING = False
@@ -32,38 +31,39 @@ def source_name(role: str, job_id: str) -> str:
     return f"jobns-{role}-{job_id}"
 
 
-def _unescape(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo.
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1:i + 4]
-        if field[i] == "\\" and len(code) == 3 and code.isdigit():
-            out.append(chr(int(code, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+def _tree_fd(tree: Tree) -> int | None:
+    """The tree root as a path walk from its base reaches it now (crossing into whatever
+    is mounted there), never through a symlink; None if it is gone."""
+    fds: list[int] = []
+    try:
+        fds.append(fs.open_base(tree.base, f"{tree.role} base"))
+        for part in (*tree.parents, tree.name):
+            fds.append(fs.open_dir(fds[-1], part, tree.path))
+        return fds.pop()
+    except (FileNotFoundError, JobnsError):
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
-def mounts_at(path: str) -> list[tuple[str, str, str]]:
-    """(fstype, source, major:minor) of every mount whose mount point is path, bottom first."""
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields = left.split()
-            if len(fields) < 5 or _unescape(fields[4]) != path:
-                continue
-            rest = right.split()
-            if len(rest) >= 2:
-                found.append((rest[0], _unescape(rest[1]), fields[2]))
-    return found
+def _ours_at(fd: int, tree: Tree, job_id: str) -> bool:
+    """Is the file system open at fd this job's capacity tmpfs (by source and device)?"""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    want = source_name(tree.role, job_id)
+    return any(m.fstype == "tmpfs" and m.source == want and m.dev == dev
+               for m in mountinfo.mounts())
 
 
 def ours(tree: Tree, job_id: str) -> bool:
-    want = source_name(tree.role, job_id)
-    return any(t == "tmpfs" and s == want for t, s, _ in mounts_at(tree.path))
+    fd = _tree_fd(tree)
+    if fd is None:
+        return False
+    try:
+        return _ours_at(fd, tree, job_id)
+    finally:
+        os.close(fd)
 
 
 def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> None:
@@ -90,11 +90,9 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Non
         unmount(tree, job_id)
         raise
     try:
-        st = os.fstat(fd)
-        dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-        if not any(t == "tmpfs" and s == name and d == dev for t, s, d in mounts_at(tree.path)):
-            raise JobnsError(f"refuse {tree.path}: it was replaced while its capacity was "
-                             "being set up")
+        if not _ours_at(fd, tree, job_id):
+            raise UserError(f"refuse {tree.path}: it was replaced while its capacity was "
+                            "being set up")
         for child in tree.children:
             os.mkdir(child, 0o700, dir_fd=fd)
             cfd = os.open(child, fs.O_DIR, dir_fd=fd)
@@ -111,18 +109,33 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Non
 
 
 def unmount(tree: Tree, job_id: str) -> list[str]:
-    """Detach every tmpfs of ours on the tree root (a crash may have stacked two)."""
+    """Empty and detach every tmpfs of ours on the tree root (a crash may have stacked two).
+
+    Emptied first, then made read-only (the superblock: every copy of the mount), then
+    detached: a copy kept alive elsewhere (a job user holding her namespace open, a
+    process of hers with its cwd inside) then holds an empty file system she cannot
+    refill, not the job's data (SECURITY.md rule 6). The mount is found by a walk that
+    never follows a symlink and detached through its fd, never by a path the user
+    could redirect.
+    """
     errors: list[str] = []
     for _ in range(16):
+        fd = _tree_fd(tree)
+        if fd is None:
+            return errors
         try:
-            if not ours(tree, job_id):
+            if not _ours_at(fd, tree, job_id):
                 return errors
-        except OSError as e:
-            return [f"read /proc/self/mountinfo: {e.strerror}"]
-        try:
+            fs.clear_dir(fd, tree.path)  # best effort: what a writer keeps goes with it
+            try:
+                libc.mount(None, f"/proc/self/fd/{fd}", None,
+                           libc.MS_REMOUNT | libc.MS_RDONLY | libc.MS_NOSUID | libc.MS_NODEV)
+            except OSError:
+                pass  # EBUSY: a file is still open for writing; it is emptied all the same
             # Detach: the job's namespace may still hold a copy until its last task is gone.
-            libc.umount2(tree.path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
+            libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
         except OSError as e:
-            if e.errno != errno.EINVAL:
-                return [f"unmount the capacity tmpfs on {tree.path}: {e.strerror}"]
+            return [f"unmount the capacity tmpfs on {tree.path}: {e.strerror}"]
+        finally:
+            os.close(fd)
     return [f"unmount the capacity tmpfs on {tree.path}: still mounted after 16 attempts"]

@@ -77,7 +77,7 @@ class Staging:
         self.stage_out = stage_out or []
 
     def record(self) -> dict[str, object]:
-        from launcher.setup import tree_record
+        from launcher.plan import tree_record
 
         return {
             "session_dir": self.session_dir, "scratch_dir": self.scratch_dir,
@@ -93,7 +93,7 @@ class Staging:
     def from_record(cls, rec: object) -> Staging | None:
         if not isinstance(rec, dict):
             return None
-        from launcher.setup import tree_from_record
+        from launcher.plan import tree_from_record
 
         tree = rec.get("scratch_tree")
         timeout = rec.get("timeout", 0.0)

@@ -2,11 +2,18 @@
 
   <state_dir>/                 root 0711, a private bind mount of itself (see ensure_state_dir)
   <state_dir>/jobs/<id>.lock   root 0600: setup / teardown / gc of one job take it exclusively
-  <state_dir>/jobs/<id>/       root 0711
-      state.json               the job record (schemas/job-state.schema.json), for humans/tools
-      run.env                  the few values `jobns run` needs to join, as KEY=VALUE lines
-                               (the task-launch path reads this, never JSON)
+  <state_dir>/jobs/<id>/       root 0700, ACL: the job user may search (x), nobody else
+      state.json               root 0600, ACL: the job user may read; the job record
+                               (schemas/job-state.schema.json), for humans/tools
+      run.env                  root 0600, ACL: the job user may read; the few values
+                               `jobns run` needs to join, as KEY=VALUE lines (the
+                               task-launch path reads this, never JSON)
+      ns/                      root 0700, ACL: the job user may search
       ns/user, ns/mnt          pins: /proc/PID/ns/* bind-mounted onto empty files
+
+Job state is private (SECURITY.md, rule 5): another user who could open a job's pin
+could keep its namespace (and its capacity tmpfs) alive after teardown, or read its
+record. A POSIX ACL names exactly the job's user; the group and other bits stay empty.
 
 Every write is atomic (temporary file, fsync, rename), so a crash leaves the old
 record or the new one, never half of one.
@@ -108,13 +115,57 @@ class JobLock:
         os.close(self.fd)
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+# POSIX ACL as the kernel stores it in system.posix_acl_access (<linux/posix_acl_xattr.h>):
+# a version word, then (tag u16, perm u16, id u32) entries sorted by tag.
+_ACL_VERSION = 2
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_MASK, _ACL_OTHER = 1, 2, 4, 0x10, 0x20
+_NO_ID = 0xFFFFFFFF
+
+
+def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> None:
+    """Give exactly one user (besides root) `perms` (rwx bits 4/2/1) on the file open at
+    fd; group and others get nothing. uid None or 0: only the owner's mode bits."""
+    if not uid:
+        os.fchmod(fd, owner_perms << 6)
+        return
+    import struct
+
+    entries = ((_ACL_USER_OBJ, owner_perms, _NO_ID), (_ACL_USER, perms, uid),
+               (_ACL_GROUP_OBJ, 0, _NO_ID), (_ACL_MASK, perms, _NO_ID),
+               (_ACL_OTHER, 0, _NO_ID))
+    data = struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", *e)
+                                                      for e in entries)
+    try:
+        os.setxattr(fd, "system.posix_acl_access", data)
+    except OSError as e:
+        raise JobnsError(f"give uid {uid} access to {path}: {e.strerror}; state_dir must be "
+                         "on a file system with POSIX ACLs (tmpfs, ext4, xfs)") from None
+
+
+def private_dir(path: str, uid: int | None) -> None:
+    """mkdir-or-check a root-only directory the job user (uid) may only search."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != 0:
+            raise JobnsError(f"refuse {path}: not owned by root; remove it")
+        grant(fd, path, 7, uid, 1)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, reader: int | None = None) -> None:
+    """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it."""
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
+                 0o600)
     try:
         os.write(fd, data)
-        os.fchmod(fd, mode)
+        grant(fd, path, 6, reader, 4)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -151,12 +202,20 @@ def write_record(state_dir: str, job_id: str, record: dict[str, object]) -> None
     if problem is not None:  # a bug in jobns, not bad input: say so loudly
         raise JobnsError(f"internal error: job state for {job_id} violates its schema: {problem}")
     d = job_dir(state_dir, job_id)
-    os.makedirs(d, mode=0o711, exist_ok=True)
-    write_atomic(f"{d}/{STATE}", dumps(record).encode() + b"\n")
+    uid = owner_of(record)
+    private_dir(d, uid)
+    write_atomic(f"{d}/{STATE}", dumps(record).encode() + b"\n", uid)
 
 
+def owner_of(record: dict[str, object]) -> int | None:
+    user = record.get("user")
+    uid = user.get("uid") if isinstance(user, dict) else None
+    return uid if isinstance(uid, int) else None
+
+
+REFUSED = "refused"  # setup found a user-caused problem: the job is failed, not the node
 STATES = ("pending", "staging-in", "staged-in", "pre-run", "running", "post-run",
-          "staging-out", "teardown", "teardown-fail", "complete")
+          "staging-out", "teardown", "teardown-fail", "complete", REFUSED)
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
 
 
@@ -188,17 +247,23 @@ def pause_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def close_run_env(state_dir: str, job_id: str, why: str) -> None:
-    """No task may join the job from now on (see the module docstring)."""
-    write_run_env(state_dir, job_id, {"closed": why})
+def close_run_env(state_dir: str, job_id: str, why: str, uid: int | None,
+                  reason: str = "") -> None:
+    """No task may join the job from now on (see the module docstring); `reason` says
+    why a refused job was refused (every task then fails with it)."""
+    values = {"closed": why}
+    if reason:
+        values["reason"] = " ".join(reason.split())  # one line, whatever the message
+    write_run_env(state_dir, job_id, values, uid)
 
 
-def write_run_env(state_dir: str, job_id: str, values: dict[str, str]) -> None:
+def write_run_env(state_dir: str, job_id: str, values: dict[str, str],
+                  uid: int | None) -> None:
     for k, v in values.items():
         if "\n" in k or "=" in k or "\n" in v:
             raise JobnsError(f"internal error: run.env value {k!r} has a newline or '='")
     body = "".join(f"{k}={v}\n" for k, v in {"version": RUN_ENV_VERSION, **values}.items())
-    write_atomic(f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode())
+    write_atomic(f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode(), uid)
 
 
 def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
@@ -209,10 +274,14 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
+        if e.errno == errno.EACCES:
+            raise JobnsError(f"join job {job_id}: it belongs to another user (a job's state "
+                             f"under {state_dir} is private to its owner)") from None
         raise JobnsError(f"read {path}: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         # Trust only what root wrote: a user-writable state_dir must not steer a task.
+        # (The group bits show the ACL mask: read-only for the job's user.)
         if st.st_uid != 0 or st.st_mode & 0o022:
             raise JobnsError(f"refuse {path}: not owned by root or writable by others; "
                              "check state_dir in the config")
@@ -224,6 +293,9 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
         raise JobnsError(f"read {path}: unknown version {values.get('version')!r}; was the job "
                          "set up by another jobns version? (jobns teardown, then setup)")
     closed = values.get("closed")
+    if closed == REFUSED:
+        raise JobnsError(f"job {job_id} was refused by jobns setup on this node: "
+                         f"{values.get('reason') or 'see the prolog log'}")
     if closed is not None:
         when = "is ending" if closed in ("post-run", "staging-out", "teardown") else \
             "is still being set up"
@@ -233,11 +305,11 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
 
 
 def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
-    from launcher import fs
+    from launcher import removal
 
     base = os.open(f"{state_dir}/{JOBS}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        return fs.remove_entry(base, job_id, job_dir(state_dir, job_id))
+        return removal.remove_entry(base, job_id, job_dir(state_dir, job_id))
     finally:
         os.close(base)
 

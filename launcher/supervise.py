@@ -6,9 +6,9 @@ jobns and cannot outlive the job; termination sends SIGCONT+SIGTERM to every
 descendant, waits kill_wait seconds, SIGKILLs whatever is left and waits for
 all of it before the job's directories are torn down.
 
-Parent/child protocol (BenchExec style): the child reports a setup failure as
-"<exit code> <message>" on a close-on-exec pipe and _exits; a successful exec
-closes the pipe with nothing written, so EOF means "the command is running".
+Parent/child protocol (launcher.fork, BenchExec style): the child reports a setup
+failure as "<exit code> <message>" on a close-on-exec pipe and _exits; a successful
+exec closes the pipe with nothing written, so EOF means "the command is running".
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from launcher.errors import (
     JobnsError,
 )
 from launcher.fastimport import set_child_subreaper, set_pdeathsig, signal
+from launcher.fork import spawn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -104,32 +105,18 @@ def exec_failure(cmd: str, err: OSError) -> tuple[int, str]:
     return EXIT_NOT_EXECUTABLE, f"run {cmd}: {err.strerror} (not executable)"
 
 
-def _child(prepare: Callable[[], None], argv: list[str], env: dict[str, str], report: int,
-           own_pgrp: bool) -> None:
-    """In the forked child: set up, then exec. Never returns."""
-    code, msg = EXIT_JOBNS_FAILED, "internal error"
+def _task(prepare: Callable[[], None], argv: list[str], env: dict[str, str]) -> None:
+    """In the forked child (launcher.fork): set up, then exec. Returns only by raising."""
+    prepare()
+    # Python ignores SIGPIPE and SIGXFSZ; exec keeps ignored signals ignored.
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, *HANDLED):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     try:
-        if own_pgrp:
-            os.setpgid(0, 0)
-        prepare()
-        # Python ignores SIGPIPE and SIGXFSZ; exec keeps ignored signals ignored.
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, *HANDLED):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        try:
-            exec_command(argv, env)
-        except OSError as e:
-            code, msg = exec_failure(argv[0], e)
-    except JobnsError as e:
-        code, msg = e.code, str(e)
+        exec_command(argv, env)
     except OSError as e:
-        msg = f"set up the task: {e}"
-    except BaseException as e:  # report anything rather than a traceback from a fork
-        msg = f"set up the task: {type(e).__name__}: {e}"
-    try:
-        os.write(report, f"{code} {msg}".encode(errors="replace"))
-    finally:
-        os._exit(code)
+        code, msg = exec_failure(argv[0], e)
+        raise JobnsError(msg, code) from None
 
 
 def arm_child_death_signal(parent: int) -> None:
@@ -157,12 +144,9 @@ class Supervisor:
         set_child_subreaper(True)
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         tty = self._foreground_tty()
-        rfd, wfd = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            os.close(rfd)
-            _child(prepare, argv, env, wfd, own_pgrp=True)
-        os.close(wfd)
+        child = spawn(lambda: _task(prepare, argv, env), inherit=True,
+                      before=lambda: os.setpgid(0, 0))
+        pid = child.pid
         self.main_pid = pid
         try:
             # Also set here: whichever of parent and child runs first wins the race.
@@ -171,14 +155,10 @@ class Supervisor:
             pass
         if tty is not None:
             self._give_tty(tty, pid)
-        data = b""
-        while chunk := os.read(rfd, 4096):
-            data += chunk
-        os.close(rfd)
-        if data:
+        failure = child.report()
+        if failure is not None:
             self._reap_all_blocking()
-            code, _, msg = data.decode(errors="replace").partition(" ")
-            raise JobnsError(msg, int(code))
+            raise JobnsError(failure[1], failure[0])
 
     def _foreground_tty(self) -> int | None:
         # Interactive use: hand the terminal to the task's process group so that

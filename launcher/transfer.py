@@ -36,7 +36,7 @@ import os
 import stat
 import sys
 
-from launcher import fs
+from launcher import removal
 from launcher.errors import JobnsError
 from launcher.fastimport import set_pdeathsig, signal
 
@@ -80,10 +80,10 @@ def _grant(dir_fd: int, name: str, bits: int) -> None:
 def open_dir_at(dir_fd: int, name: str) -> int:
     """Open a subdirectory to read and write it (never through a symlink)."""
     try:
-        return os.open(name, fs.O_DIR, dir_fd=dir_fd)
+        return os.open(name, removal.O_DIR, dir_fd=dir_fd)
     except PermissionError:
         _grant(dir_fd, name, 0o700)
-        return os.open(name, fs.O_DIR, dir_fd=dir_fd)
+        return os.open(name, removal.O_DIR, dir_fd=dir_fd)
 
 
 def open_dir_path(path: str) -> int:
@@ -260,7 +260,7 @@ class Transfer:
         """A part file or directory in a *source*: left by a copy into this directory that
         was interrupted. Its source still existed then (sources go only after their copy
         is in place), so it is never the only copy: remove it, never move it."""
-        errors = fs.remove_entry(dir_fd, name, f"{path}/{name}")
+        errors = removal.remove_entry(dir_fd, name, f"{path}/{name}")
         self.errors += [f"{self.phase}: {e}" for e in errors]
         return not errors
 
@@ -294,7 +294,7 @@ class Transfer:
         part_path = f"{dpath}/{part}"
         if _lstat(name, sfd) is None:
             return
-        for err in fs.remove_entry(dfd, part, part_path):  # a crashed earlier attempt's
+        for err in removal.remove_entry(dfd, part, part_path):  # a crashed earlier attempt's
             self.errors.append(f"{self.phase}: {err}")
             return
         try:
@@ -338,7 +338,7 @@ class Transfer:
         except OSError as e:
             self._error("finish", part_path, e)
             return
-        for err in fs.remove_entry(sfd, name, src):  # the tool may have removed it itself
+        for err in removal.remove_entry(sfd, name, src):  # the tool may have removed it itself
             self.errors.append(f"{self.phase}: {err}")
 
     # ---------------------------------------------------------------- copying
@@ -634,40 +634,36 @@ def _tool_env() -> dict[str, str]:
 
 def as_user(uid: int, gid: int, groups: list[int], what: str,
             work: Callable[[], Result]) -> Result:
-    """Run work() in a forked child that is the job user; its Result, or an error."""
+    """Run work() in a forked child (launcher.fork: it holds nothing of root's, not the
+    job lock, state or tree fds) that is the job user; its Result, or an error."""
+    from launcher.fork import spawn
+
     r, w = os.pipe2(os.O_CLOEXEC)
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # the worker
-        code = 0
+
+    def worker() -> None:
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)
+        # After the uid change: changing credentials clears the parent-death signal.
+        set_pdeathsig(signal.SIGKILL)  # a killed jobns must not leave it running
+        if os.getppid() != parent:
+            os._exit(1)
+        os.umask(0o077)
+        os.chdir("/")
         try:
-            os.close(r)
-            # Nothing of root's (the job lock, state, tree fds) stays reachable.
-            os.closerange(3, w)
-            os.closerange(w + 1, 1 << 16)
-            os.setgroups(groups)
-            os.setgid(gid)
-            os.setuid(uid)
-            # After the uid change: changing credentials clears the parent-death signal.
-            set_pdeathsig(signal.SIGKILL)  # a killed jobns must not leave it running
-            if os.getppid() != parent:
-                os._exit(1)
-            os.umask(0o077)
-            os.chdir("/")
             result = work()
         except BaseException as e:
-            code = 1
             result = {"errors": [f"{what}: {e}"], "warnings": []}
-        try:
-            import json
+        import json
 
-            data = json.dumps(result).encode()
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(code)
+        data = json.dumps(result).encode()
+        while data:
+            data = data[os.write(w, data):]
+
+    child = spawn(worker, keep=(w,))
     os.close(w)
     chunks = []
     try:
@@ -678,10 +674,13 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
             chunks.append(chunk)
     finally:
         os.close(r)
-        _, status = os.waitpid(pid, 0)
+        failure = child.report()
+        status = child.wait()
     if os.WIFSIGNALED(status):
         return {"errors": [f"{what}: the worker (job user {uid}) was killed by signal "
                            f"{os.WTERMSIG(status)}; run the step again"], "warnings": []}
+    if failure is not None:
+        return {"errors": [f"{what}: {failure[1]}"], "warnings": []}
     try:
         import json
 

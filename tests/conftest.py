@@ -181,3 +181,25 @@ def job_mounts(box: Sandbox) -> list[str]:
                 target in ("/tmp", "/var/tmp", "/dev/shm") and line not in HOST_SCRATCH_MOUNTS):
             out.append(line)
     return out
+
+
+def assert_refused(box: Sandbox, job: str, user: OsUser, setup: subprocess.CompletedProcess[str],
+                   needle: str) -> None:
+    """The job's user made it impossible: the prolog exits 0 naming the reason, nothing of
+    the job exists, each task exits 125 with the reason, and the epilog forgets it."""
+    assert setup.returncode == 0 and "refused" in setup.stderr and needle in setup.stderr, \
+        setup.stderr
+    assert box.leftovers() == [] and own_mounts(box) == []
+    task = box.run(["run", "--job-id", job, "--", "true"], user=user)
+    assert task.returncode == 125 and "refused" in task.stderr and needle in task.stderr, \
+        task.stderr
+    assert task.stderr.count("\n") == 1
+    down = box.run(["teardown", "--job-id", job])
+    assert down.returncode == 0 and down.stderr == "", down.stderr
+    assert box.leftovers() == [] and own_mounts(box) == []
+    assert sorted(os.listdir(box.state / "jobs")) == []
+
+
+def own_mounts(box: Sandbox) -> list[str]:
+    """job_mounts, less the file systems a test mounted itself (source jobns-test)."""
+    return [m for m in job_mounts(box) if " - tmpfs jobns-test " not in m]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import fs
+from launcher import removal
 from tests.conftest import require_root
 
 pytestmark = pytest.mark.root
@@ -33,7 +33,7 @@ def test_wide_and_deep_tree_is_removed_without_following_links(tmp_path: Path) -
     os.chmod(tree / "d3", 0o000)
     base = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert fs.remove_entry(base, "job-R", str(tree)) == []
+        assert removal.remove_entry(base, "job-R", str(tree)) == []
     finally:
         os.close(base)
     assert not tree.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -67,7 +68,7 @@ def test_concurrent_job_does_not_see_it(sandbox: Sandbox, users: list[OsUser]) -
     assert r.returncode == 0 and r.stdout.split() == ["pmix"], r.stdout
     # Bob cannot join Alice's job, even knowing its id.
     r = sandbox.run(["run", "--job-id", "201", "--", "true"], user=bob)
-    assert r.returncode == 125 and "belongs to uid" in r.stderr
+    assert r.returncode == 125 and "belongs to another user" in r.stderr
     teardown(sandbox, "201")
     teardown(sandbox, "202")
     assert_clean(sandbox)
@@ -288,33 +289,38 @@ def test_gc_removes_interrupted_jobs_and_orphan_trees(sandbox: Sandbox,
     assert_clean(sandbox)
 
 
-def test_setup_failure_leaves_nothing(sandbox: Sandbox, users: list[OsUser]) -> None:
+def test_a_squatter_is_moved_aside_and_keeps_everything(sandbox: Sandbox,
+                                                       users: list[OsUser]) -> None:
     squat = sandbox.shm / "job-950"
     squat.mkdir(mode=0o755)  # root's, not what jobns makes for alice
+    (squat / "mine").write_text("kept")
     r = sandbox.run(["setup", "--job-id", "950", "--user", users[0].name])
-    assert r.returncode == 125 and "refuse" in r.stderr and r.stderr.count("\n") == 1
-    squat.rmdir()
+    assert r.returncode == 0 and "moved" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    moved = [p for p in sandbox.shm.iterdir() if p.name.startswith("job-950~moved-")]
+    assert len(moved) == 1 and (moved[0] / "mine").read_text() == "kept"
+    assert moved[0].stat().st_uid == 0 and (moved[0].stat().st_mode & 0o777) == 0o755
+    teardown(sandbox, "950")
+    assert [p.name for p in sandbox.shm.iterdir()] == [moved[0].name]  # kept, untouched
+    shutil.rmtree(moved[0])
     assert_clean(sandbox)
 
 
 def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
         sandbox: Sandbox, users: list[OsUser]) -> None:
     setup(sandbox, "960", "--user", users[0].name)
-    # A file system mounted inside the job's tree on the host: teardown must not delete
-    # into it, so it fails (for real) until the administrator unmounts it.
-    inner = sandbox.local / "job-960/tmp/inner"
-    inner.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "inner", str(inner)], check=True)
-    (inner / "keep").write_text("other fs")
+    # An immutable file inside the job's tree (only root can set the flag: a node fault,
+    # not the user's doing): teardown fails for real until the administrator clears it.
+    stuck = sandbox.local / "job-960/tmp/stuck"
+    stuck.write_text("immutable")
+    subprocess.run(["chattr", "+i", str(stuck)], check=True)
     try:
         r = sandbox.run(["teardown", "--job-id", "960"])
         assert r.returncode == 125
-        assert "teardown-fail" in r.stderr and "mounted there" in r.stderr
-        assert (inner / "keep").read_text() == "other fs"
+        assert "teardown-fail" in r.stderr and "Operation not permitted" in r.stderr
         rec = json.loads((sandbox.state / "jobs/960/state.json").read_text())
         assert rec["state"] == "teardown-fail" and rec["teardown_failures"] == 3
     finally:
-        subprocess.run(["umount", str(inner)], check=True)
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
     teardown(sandbox, "960")
     assert_clean(sandbox)
 

@@ -15,8 +15,8 @@ from launcher import capacity, state
 from launcher.config import Config, parse
 from launcher.directives import DirectiveError, parse_script
 from launcher.errors import JobnsError
-from launcher.lifecycle import host_dirs
-from launcher.teardown import removable
+from launcher.lifecycle import removable
+from launcher.record import host_dirs
 from launcher.transfer import PART, Transfer, part_name
 
 MI = 1024**2
@@ -70,9 +70,10 @@ def test_describe_capacities() -> None:
 # ----------------------------------------------------------------------------- states
 
 
-def test_states_are_seed_003s_and_history_grows() -> None:
+def test_states_are_seed_003s_plus_refused_and_history_grows() -> None:
     assert state.STATES == ("pending", "staging-in", "staged-in", "pre-run", "running",
-                            "post-run", "staging-out", "teardown", "teardown-fail", "complete")
+                            "post-run", "staging-out", "teardown", "teardown-fail", "complete",
+                            "refused")
     rec: dict[str, object] = {"state": "pending", "history": []}
     state.set_state(rec, "staging-in")
     assert rec["state"] == "staging-in" and rec["history"][0]["state"] == "staging-in"  # type: ignore[index]

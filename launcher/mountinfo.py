@@ -1,0 +1,47 @@
+"""Reading /proc/self/mountinfo: which mounts exist, where, of what, from what."""
+
+from __future__ import annotations
+
+
+class Mount:
+    __slots__ = ("dev", "fstype", "point", "source")
+
+    def __init__(self, dev: str, point: str, fstype: str, source: str) -> None:
+        self.dev = dev          # "major:minor" of the mounted file system
+        self.point = point      # the mount point, as this process sees it
+        self.fstype = fstype
+        self.source = source
+
+
+def unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo.
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1:i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts() -> list[Mount]:
+    """Every mount of this process's namespace, in mount order (bottom first)."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            rest = right.split()
+            if len(fields) >= 5 and len(rest) >= 2:
+                found.append(Mount(fields[2], unescape(fields[4]), rest[0], unescape(rest[1])))
+    return found
+
+
+def under(path: str) -> list[Mount]:
+    """Mounts at path or anywhere below it, shallowest first (then bottom first)."""
+    top = path.rstrip("/")
+    inside = [m for m in mounts() if m.point == top or m.point.startswith(top + "/")]
+    return sorted(inside, key=lambda m: m.point.count("/"))

@@ -1,0 +1,255 @@
+"""A set-up job's namespaces: make, pin, identify, hold, terminate, unpin.
+
+The only module that knows where pins live and what they may be opened by:
+
+  <state_dir>/jobs/<id>/ns/          root 0700, ACL: the job user may search
+  <state_dir>/jobs/<id>/ns/user      /proc/HOLDER/ns/user bind-mounted onto an empty file
+  <state_dir>/jobs/<id>/ns/mnt       /proc/HOLDER/ns/mnt likewise
+
+Why a user namespace: under Slurm every task runs as the job user (slurmstepd
+drops privileges before it execs the task), and an unprivileged process may setns()
+only into namespaces owned by a user namespace it has rights in. So the prolog
+forks a *holder* (launcher.fork: it holds nothing of root's) that detaches the
+state directory in a root-owned scratch namespace, becomes the job user, creates a
+user namespace (mapping only that user) with the job's mount namespace inside it,
+makes the binds, and waits while root pins both. A job run by root gets a plain
+mount namespace.
+
+Such a namespace is the user's: she can mount over anything inside it. Root
+therefore never enters it (SECURITY.md rule 1): `jobns run` as root becomes the job
+user first and joins as her; teardown identifies the namespace's processes from the
+host by (st_dev, st_ino) and signals them from outside.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from launcher import fs, libc, namespace, state
+from launcher.errors import JobnsError
+from launcher.fastimport import set_dumpable, signal
+from launcher.fork import spawn
+from launcher.job import switch_user
+from launcher.supervise import signal_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from launcher.fs import TreeHandle
+    from launcher.job import Job
+    from launcher.plan import Plan
+
+UNKILLABLE_WAIT = 30.0
+NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 0x5, __u64), Linux 6.11+
+
+
+def paths(state_dir: str, job_id: str) -> tuple[str, str]:
+    """(user pin, mount pin) of a job."""
+    d = f"{state.job_dir(state_dir, job_id)}/ns"
+    return f"{d}/user", f"{d}/mnt"
+
+
+def _make_pin(path: str, uid: int) -> None:
+    state.private_dir(os.path.dirname(path), uid)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
+    os.close(fd)
+
+
+def mntns_id(path: str = "/proc/self/ns/mnt") -> int | None:
+    """The kernel's 64-bit id of a mount namespace, or None on kernels without the ioctl."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, NS_GET_MNTNS_ID, bytes(8)), sys.byteorder)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def outrank(pinner_id: int | None) -> None:
+    """Make the holder's mount namespace id larger than the pinner's.
+
+    The kernel refuses to bind-mount a mount namespace file unless the namespace is
+    newer than the caller's own (mnt_ns_loop(): no reference cycles). Since Linux 6.18
+    ids come from per-CPU batches, so a namespace made later on another CPU can have a
+    smaller id, and the pin fails with EINVAL whenever the pinner (slurmd in a container
+    or a namespaced unit) is not in the first namespace. A CPU whose batch is newer
+    exists (the one that numbered the pinner's), so unshare again on each CPU in turn.
+    """
+    if pinner_id is None:
+        return
+    allowed = os.sched_getaffinity(0)
+    try:
+        # Every CPU, not only our affinity mask: the prolog may have been pinned to one
+        # CPU whose batch is the old one (a cpuset that forbids a CPU just says EINVAL).
+        for cpu in [None, *range(os.cpu_count() or 1)]:
+            if cpu is not None:
+                try:
+                    os.sched_setaffinity(0, {cpu})
+                except OSError:
+                    continue
+                libc.unshare(libc.CLONE_NEWNS)
+            mine = mntns_id()
+            if mine is None or mine > pinner_id:
+                return
+    finally:
+        os.sched_setaffinity(0, allowed)
+    raise JobnsError(f"set up namespace: every new mount namespace got an id below the "
+                     f"prolog's ({pinner_id}); the kernel would refuse to pin it")
+
+
+def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> dict[str, object]:
+    """Create the job's namespace(s) in a holder child and pin them; the pins record."""
+    expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
+    pinner_id = mntns_id()
+    user_pin, mnt_pin = paths(state_dir, job.job_id)
+    userns = job.user.uid != 0
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+
+    def hold() -> None:
+        libc.unshare(libc.CLONE_NEWNS)
+        libc.mount(None, "/", None, libc.MS_REC | libc.MS_SLAVE)
+        try:
+            # Drop the pins (their bind mount) and cover what lies beneath, so the
+            # job holds no reference to other jobs' namespaces and reads no state.
+            libc.umount2(state_dir, libc.MNT_DETACH)
+            libc.mount("jobns-state", state_dir, "tmpfs", libc.MS_NOSUID | libc.MS_NODEV
+                       | libc.MS_NOEXEC | libc.MS_RDONLY, "size=4k,mode=0755")
+        except OSError as e:
+            raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
+        if userns:
+            # Only the two pipes are open here (launcher.fork): once the job user can
+            # ptrace this process, there is nothing of root's to take.
+            switch_user(job.user)
+            # After a uid change /proc/self belongs to root; writing uid_map needs this.
+            set_dumpable(True)
+            namespace.unshare(userns=True, net_none=False)
+        outrank(pinner_id)  # before the binds, so they are made in the final namespace
+        sources = [fs.reopen(handles[b.tree], b.child, ident)
+                   for b, ident in zip(plan.binds, expected, strict=True)]
+        for (fd, path), b in zip(sources, plan.binds, strict=True):
+            namespace.bind(fd, path, b.target)
+        os.write(ready_w, b"ok")
+        os.read(done_r, 1)  # hold the namespaces until root has pinned them
+
+    holder = spawn(hold, keep=(ready_w, done_r))
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        if os.read(ready_r, 2) != b"ok":
+            os.close(done_w)
+            done_w = -1
+            holder.finish("set up the job's namespace")  # raises with the holder's reason
+            raise JobnsError("set up namespace: the namespace holder died")
+        pins: dict[str, object] = {"user": None, "mnt": mnt_pin}
+        try:
+            if userns:
+                _make_pin(user_pin, job.user.uid)
+                libc.mount(f"/proc/{holder.pid}/ns/user", user_pin, None, libc.MS_BIND)
+                pins["user"] = user_pin
+            _make_pin(mnt_pin, job.user.uid)
+            libc.mount(f"/proc/{holder.pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
+        except OSError as e:
+            unpin({"user": pins["user"]})  # never leave half a pin behind
+            raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}"
+                             ) from None
+        st = os.stat(mnt_pin)
+        pins["mnt_dev"], pins["mnt_ino"] = st.st_dev, st.st_ino
+        return pins
+    finally:
+        os.close(ready_r)
+        if done_w >= 0:
+            os.close(done_w)  # lets the holder exit
+        if holder.report_fd >= 0:
+            holder.report()
+            holder.wait()
+
+
+def unpin(pins: dict[str, object]) -> list[str]:
+    errors = []
+    for key in ("mnt", "user"):
+        path = pins.get(key)
+        if not isinstance(path, str):
+            continue
+        try:
+            libc.umount2(path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
+        except OSError as e:
+            if e.errno != 22:  # EINVAL: not mounted (already unpinned)
+                errors.append(f"unpin {path}: {e.strerror}")
+    return errors
+
+
+def processes_in_namespace(dev: int, ino: int) -> list[int]:
+    """Every process whose mount namespace is (dev, ino)."""
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            st = os.stat(f"/proc/{name}/ns/mnt")
+        except OSError:
+            continue  # gone, or a zombie (its namespaces are already released)
+        if (st.st_dev, st.st_ino) == (dev, ino):
+            out.append(int(name))
+    return out
+
+
+def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
+    """SIGCONT+SIGTERM, wait kill_wait, SIGKILL, wait for all; errors if any survive."""
+    pids = processes_in_namespace(dev, ino)
+    if not pids:
+        return []
+    signal_all(pids, signal.SIGCONT)
+    signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + kill_wait
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = processes_in_namespace(dev, ino)
+    deadline = time.monotonic() + UNKILLABLE_WAIT
+    while pids:
+        signal_all(pids, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            return [f"terminate the job's processes: {sorted(pids)} still alive after SIGKILL "
+                    f"(stuck in the kernel?); see /proc/PID/stack"]
+        time.sleep(0.05)
+        pids = processes_in_namespace(dev, ino)
+    return []
+
+
+def hold(pins: dict[str, object]) -> int | None:
+    """An fd on the job's mount namespace while teardown runs, or None if it is unpinned.
+
+    Namespace inode numbers are reused once a namespace is freed: holding it keeps
+    (dev, ino) meaning *this* job's namespace, so we never signal another job's tasks.
+    The fd is only held and compared, never entered (the namespace is the user's).
+    """
+    mnt, dev, ino = pins.get("mnt"), pins.get("mnt_dev"), pins.get("mnt_ino")
+    if not isinstance(mnt, str):
+        return None
+    try:
+        fd = os.open(mnt, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (dev, ino):
+        os.close(fd)  # the bare pin file: already unpinned by an earlier attempt
+        return None
+    return fd
+
+
+def terminate(pins: dict[str, object], kill_wait: float) -> list[str]:
+    """End every process left in the job's namespace (seed 004), keeping the pins."""
+    held = hold(pins)
+    if held is None:
+        return []
+    try:
+        dev, ino = pins.get("mnt_dev"), pins.get("mnt_ino")
+        assert isinstance(dev, int) and isinstance(ino, int)
+        return terminate_namespace(dev, ino, kill_wait)
+    finally:
+        os.close(held)

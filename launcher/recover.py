@@ -1,0 +1,44 @@
+"""`jobns recover`: after a crash or restart, bring every job on this node (or one) to a
+state nobody is working on: running, refused, or gone (launcher.lifecycle.recover_one
+acts by the recorded state). A job whose lock is held is being handled already."""
+
+from __future__ import annotations
+
+import sys
+
+from launcher import config as config_mod
+from launcher import state
+from launcher.errors import JobnsError
+from launcher.inputs import Options
+from launcher.job import safe_component
+from launcher.lifecycle import recover_one, require_root
+
+
+def main(opts: Options, _command: list[str]) -> int:
+    require_root("recover")
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
+    raw = opts.get("job_id")
+    jobs = [safe_component(str(raw), "job id", "pass --job-id with letters, digits, '.', "
+                           "'_', '-'")] if raw else state.list_jobs(config.state_dir)
+    problems = 0
+    for job_id in jobs:
+        lock = state.JobLock(config.state_dir, job_id, blocking=False)
+        try:
+            lock.__enter__()
+        except FileNotFoundError:
+            continue  # no state directory: nothing was ever set up here
+        except JobnsError:
+            print(f"job {job_id}: busy: another jobns holds its lock (it is being handled)")
+            continue
+        try:
+            record = state.read_record(config.state_dir, job_id)
+            if record is not None:
+                print(f"job {job_id}: {recover_one(config, job_id, record)}")
+            if not state.is_set_up(config.state_dir, job_id):
+                lock.release_and_remove()
+        except JobnsError as e:
+            print(f"jobns recover: job {job_id}: {e}", file=sys.stderr)
+            problems += 1
+        finally:
+            lock.__exit__()
+    return 125 if problems else 0
