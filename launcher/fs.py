@@ -470,10 +470,9 @@ def remove_recorded(tree: Tree) -> list[str]:
             if not errors:
                 break
         busy = os.strerror(errno.ENOTEMPTY)
-        if errors and all(busy in e for e in errors):
-            # Only "not empty": someone keeps refilling it. Any other error is the node's.
-            if retire(fds[-1], tree) is not None:
-                errors = []
+        # Only "not empty": someone keeps refilling it. Any other error is the node's.
+        if errors and all(busy in e for e in errors) and retire(fds[-1], tree) is not None:
+            errors = []
         return errors + _prune_parents(tree, fds)
     finally:
         for fd in fds:

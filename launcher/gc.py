@@ -25,12 +25,13 @@ import time
 
 from launcher import config as config_mod
 from launcher import fs, state
+from launcher import record as records
 from launcher.errors import JobnsError, UserError
 from launcher.inputs import Options
 from launcher.job import safe_component
 from launcher.lifecycle import finish, recover_one, require_root
-from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree, tree_from_record
-from launcher.record import trees_of
+from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree
+from launcher.record import Record
 
 ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                 "REQUEUED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
@@ -55,10 +56,10 @@ def slurm_alive_jobs() -> set[str] | None:
     return alive
 
 
-def dead_by_record(state_dir: str, job_id: str, record: dict[str, object]) -> bool:
-    if record["state"] in ("teardown", "teardown-fail", "complete"):
+def dead_by_record(state_dir: str, job_id: str, record: Record) -> bool:
+    if record.state in ("teardown", "teardown-fail", "complete"):
         return True
-    if record["state"] in ("pending", "staging-in", "staged-in", "pre-run", "post-run",
+    if record.state in ("pending", "staging-in", "staged-in", "pre-run", "post-run",
                            "staging-out"):
         # An interrupted setup or epilog (or a stage-out kept after a failure): a live one
         # holds the job lock.
@@ -67,16 +68,14 @@ def dead_by_record(state_dir: str, job_id: str, record: dict[str, object]) -> bo
                 return True
         except JobnsError:
             return False
-    pins = record["pins"]
-    assert isinstance(pins, dict)
-    mnt = pins.get("mnt")
-    if isinstance(mnt, str):
+    pinned = record.pins
+    if pinned.mnt is not None:
         try:
-            st = os.stat(mnt)
+            st = os.stat(pinned.mnt)
         except OSError:
             return True
         # An unmounted pin is the empty file itself, not the namespace.
-        return (st.st_dev, st.st_ino) != (pins.get("mnt_dev"), pins.get("mnt_ino"))
+        return (st.st_dev, st.st_ino) != (pinned.mnt_dev, pinned.mnt_ino)
     return False
 
 
@@ -85,11 +84,11 @@ def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
     lock): act by state, as `jobns recover` does. Returns the number of problems."""
     try:
         with state.JobLock(config.state_dir, job_id, blocking=False) as lock:
-            record = state.read_record(config.state_dir, job_id)
-            if record is None or record["state"] == "running":
+            record = records.load(config.state_dir, job_id)
+            if record is None or record.state == "running":
                 return 0
             print(f"{'would recover' if dry else 'recovering'} job {job_id} (alive in Slurm, "
-                  f"interrupted in state {record['state']})")
+                  f"interrupted in state {record.state})")
             if not dry:
                 print(f"job {job_id}: {recover_one(config, job_id, record)}")
                 if not state.is_set_up(config.state_dir, job_id):
@@ -197,7 +196,7 @@ def main(opts: Options, _command: list[str]) -> int:
     jobs = set(state.list_jobs(config.state_dir))
     for job_id in sorted(jobs):
         try:
-            record = state.read_record(config.state_dir, job_id)
+            record = records.load(config.state_dir, job_id)
         except JobnsError as e:
             # Unreadable is not dead: its trees may be a running job's. Kept for the admin.
             print(f"jobns gc: job {job_id}: damaged record kept, nothing of the job removed "
@@ -206,20 +205,20 @@ def main(opts: Options, _command: list[str]) -> int:
             continue
         if record is None:
             continue
-        recorded_paths |= {tree_from_record(t).path for t in trees_of(record)}
+        recorded_paths |= {t.tree.path for t in record.trees}
         dead = job_id not in alive if alive is not None else \
             dead_by_record(config.state_dir, job_id, record)
         if not dead:
-            if alive is not None and record["state"] not in ("running", state.REFUSED):
+            if alive is not None and record.state not in ("running", state.REFUSED):
                 problems += recover_live(config, job_id, dry)
             continue
-        why = "not alive in Slurm" if alive is not None else f"recorded state {record['state']}"
+        why = "not alive in Slurm" if alive is not None else f"recorded state {record.state}"
         print(f"{'would remove' if dry else 'removing'} job {job_id} ({why})")
         if dry:
             continue
         try:
             with state.JobLock(config.state_dir, job_id, blocking=False) as lock:
-                fresh = state.read_record(config.state_dir, job_id)
+                fresh = records.load(config.state_dir, job_id)
                 if fresh is not None:
                     # The whole epilog, by state: outputs are staged out before removal.
                     finish(config, job_id, fresh, force=True)

@@ -43,27 +43,25 @@ teardown), but its session inputs still go back.
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 import time
 
 from launcher import fs, pins, sizelimit, state
+from launcher import record as records
 from launcher.errors import JobnsError, UserError
 from launcher.inputs import Options
 from launcher.plan import tree_from_record
 from launcher.programs import run_program
 from launcher.record import (
-    NO_PINS,
+    Pins,
     Record,
+    TreeRecord,
     job_of,
     new_record,
     options_of,
-    owner,
-    pins_of,
     plan_of,
     run_env_values,
-    trees_of,
 )
 from launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
 from launcher.staging import Staging
@@ -164,15 +162,15 @@ def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
     """The prolog under the job lock: set the job up, or refuse it for a user's error."""
     state.ensure_state_dir(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
-        old = state.read_record(config.state_dir, job.job_id)
+        old = records.load(config.state_dir, job.job_id)
         if old is not None:
-            if old["state"] == state.REFUSED:
+            if old.state == state.REFUSED:
                 return  # the prolog ran twice for a refused job: still refused
-            if old.get("options") != options_of(job, caps, staging):
+            if old.options != options_of(job, caps, staging):
                 raise JobnsError(f"setup job {job.job_id}: it is already set up on this node "
-                                 f"with other options ({old.get('options')}); run jobns "
-                                 "teardown first")
-            if old["state"] == "running":
+                                 f"with other options ({old.options}); run jobns teardown "
+                                 "first")
+            if old.state == "running":
                 return  # idempotent: the prolog ran twice
             # An interrupted setup or epilog of the same job: finish it (nothing is lost:
             # staged-in inputs go back first), then set up anew.
@@ -194,11 +192,11 @@ def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> No
     job lock; a job already set up or refused on this node is left as it is)."""
     state.ensure_state_dir(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id):
-        old = state.read_record(config.state_dir, job.job_id)
+        old = records.load(config.state_dir, job.job_id)
         if old is None:
             refuse(config, job, kill_wait, reason)
-        elif old["state"] != state.REFUSED:
-            warn(f"setup {job.job_id}: {reason} (the job is already {old['state']} on this "
+        elif old.state != state.REFUSED:
+            warn(f"setup {job.job_id}: {reason} (the job is already {old.state} on this "
                  "node and stays so)")
 
 
@@ -206,8 +204,8 @@ def refuse(config: Config, job: Job, kill_wait: float, reason: str) -> None:
     """Record a job its user made impossible: nothing of it exists on the node, and every
     task fails with the reason. The prolog succeeds: the node stays in service."""
     record = new_record(job, None, kill_wait, config, state=state.REFUSED)
-    record["errors"] = [reason]
-    state.write_record(config.state_dir, job.job_id, record)
+    record.errors = [reason]
+    records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, state.REFUSED, job.user.uid, reason)
     warn(f"setup {job.job_id}: refused the job (a problem of its user's, not of this "
          f"node): {reason}")
@@ -218,7 +216,7 @@ def start(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
     """A fresh setup: persist the request, then run it to `running`; on failure the
     teardown runs (nothing is lost) and the error is raised again."""
     record = new_record(job, plan, kill_wait, config, caps, staging)
-    state.write_record(config.state_dir, job.job_id, record)
+    records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, "pending", job.user.uid)
     state.pause_point("pending")
     run_setup(config, record, job, plan)
@@ -229,8 +227,8 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
     """pending -> running; any failure aborts (teardown) and is raised again."""
     state_dir, job_id = config.state_dir, job.job_id
     with _Aborting(config, job_id, record) as handles:
-        state.enter(state_dir, job_id, record, "staging-in")
-        staging = Staging.from_record(record.get("staging"))
+        records.enter(state_dir, record, "staging-in")
+        staging = Staging.from_record(record.staging)
         if staging is not None:
             check_session_dir(record, staging)
         handles += make_trees(config, record, job, plan)
@@ -243,7 +241,7 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
                                 + (f" (and {len(errors) - 1} more, listed in the prolog log)"
                                    if len(errors) > 1 else "")
                                 + "; the inputs are back in the session directory")
-        state.enter(state_dir, job_id, record, "staged-in")
+        records.enter(state_dir, record, "staged-in")
         pre_run(config, record, job, plan, handles)
 
 
@@ -276,29 +274,27 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
     handles: list[TreeHandle] = []
     aside: list[str] = []
     try:
-        for tree, rec in zip(plan.trees, trees_of(record), strict=True):
-            size = rec.get("capacity")
-            fresh = isinstance(size, int)
-            h = fs.acquire_tree(tree, uid, gid, aside=aside, fresh=fresh)
+        for tree, rec in zip(plan.trees, record.trees, strict=True):
+            size = rec.capacity
+            h = fs.acquire_tree(tree, uid, gid, aside=aside, fresh=size is not None)
             handles.append(h)
             if h.created:
-                rec["made"] = True
-                state.write_record(config.state_dir, job.job_id, record)
-            if not isinstance(size, int):
+                rec.made = True
+                records.save(config.state_dir, record)
+            if size is None:
                 continue
             sizelimit.mount(h, size, uid, gid, job.job_id)
             again = fs.acquire_tree(tree, uid, gid, create=False)
             again.created = True
             h.close()
             handles[-1] = again
-        staging = record.get("staging")
-        scratch = staging.get("scratch_tree") if isinstance(staging, dict) else None
-        if isinstance(scratch, dict):
+        scratch = record.scratch_record()
+        if scratch is not None:
             h = fs.acquire_tree(tree_from_record(scratch), uid, gid, lock=False, aside=aside)
             h.close()
             if h.created:
                 scratch["made"] = True
-                state.write_record(config.state_dir, job.job_id, record)
+                records.save(config.state_dir, record)
     except BaseException:
         for h in handles:
             h.close()
@@ -313,17 +309,17 @@ def pre_run(config: Config, record: Record, job: Job, plan: Plan,
             handles: list[TreeHandle]) -> None:
     """pre-run -> running: pin the namespace, run the pre-run program, open the job."""
     state_dir, job_id = config.state_dir, job.job_id
-    state.enter(state_dir, job_id, record, "pre-run")
+    records.enter(state_dir, record, "pre-run")
     for _ in range(3):  # a crashed earlier pre-run's pins (even stacked)
-        pins.unpin(pins_of(record))
-    record["pins"] = pins.pin(plan, handles, job, state_dir)
-    state.write_record(state_dir, job_id, record)
+        pins.unpin(record.pins)
+    record.pins = pins.pin(plan, handles, job, state_dir)
+    records.save(state_dir, record)
     failure = run_program(config, record, "pre-run")
     if failure is not None:
         raise JobnsError(f"setup job {job_id}: {failure}; the job is torn down")
     state.write_run_env(state_dir, job_id, run_env_values(record, config), job.user.uid)
-    record["ran"] = True
-    state.enter(state_dir, job_id, record, "running")
+    record.ran = True
+    records.enter(state_dir, record, "running")
 
 
 def abort(config: Config, job_id: str, record: Record, cause: BaseException) -> None:
@@ -345,19 +341,19 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
     Raises UserError when the job's own stage-out failed (the outputs are kept), and
     JobnsError when the node could not tear the job down."""
     state_dir = config.state_dir
-    st = str(record["state"])
+    st = record.state
     if st in ("complete", state.REFUSED):
         errors = state.remove_job_dir(state_dir, job_id)
         if errors:
             raise JobnsError(f"teardown job {job_id}: {'; '.join(errors)}")
         return
-    uid = owner(record)
-    ran = record.get("ran", st in EPILOG_STATES) is True
+    uid = record.uid
+    ran = record.has_run(st in EPILOG_STATES)
     if st in SETUP_STATES or st in EPILOG_STATES:
         state.close_run_env(state_dir, job_id, "post-run" if ran else "teardown", uid)
     if ran and st in EPILOG_STATES:
-        state.enter(state_dir, job_id, record, "post-run")
-        stuck = pins.terminate(pins_of(record), float(str(record["kill_wait"])))
+        records.enter(state_dir, record, "post-run")
+        stuck = pins.terminate(record.pins, record.kill_wait)
         for err in stuck:
             warn(f"post-run {job_id}: {err}")
         if not hurry:
@@ -365,8 +361,8 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
             if failure is not None:
                 warn(f"post-run {job_id}: {failure}; staging out anyway")
                 _note_errors(state_dir, job_id, record, [failure])
-            state.enter(state_dir, job_id, record, "staging-out")
-            staging = Staging.from_record(record.get("staging"))
+            records.enter(state_dir, record, "staging-out")
+            staging = Staging.from_record(record.staging)
             errors = stage_out(record, staging, ran) if staging is not None else []
             if errors:
                 for err in errors:
@@ -384,15 +380,14 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
 
 
 def _note_errors(state_dir: str, job_id: str, record: Record, errors: list[str]) -> None:
-    record["errors"] = errors
-    state.write_record(state_dir, job_id, record)
+    record.errors = errors
+    records.save(state_dir, record)
 
 
-def removable(t: Mapping[str, object], record: Mapping[str, object]) -> bool:
+def removable(tree: Tree, made: bool, record: Record) -> bool:
     """A recorded tree teardown removes: a job that ran owns all its trees; a setup that
     failed or crashed owns only what it made (never a directory it found in place)."""
-    return bool(t.get("remove")) and (record.get("ran", True) is True or t.get("made", True)
-                                      is True)
+    return tree.remove and (record.has_run(True) or made)
 
 
 def teardown_once(record: Record, unstage: bool = True) -> list[str]:
@@ -400,16 +395,15 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
     back, then for each tree: seal it, detach what is mounted in it, empty and detach
     its capacity, remove it."""
     errors: list[str] = []
-    job_pins = pins_of(record)
-    job_id = str(record["job_id"])
+    job_pins = record.pins
+    job_id = record.job_id
     held = pins.hold(job_pins)
     try:
         errors += pins.unpin(job_pins)
-        dev, ino = job_pins.get("mnt_dev"), job_pins.get("mnt_ino")
-        kill_wait = float(str(record["kill_wait"]))
-        if held is not None and isinstance(dev, int) and isinstance(ino, int):
-            errors += pins.terminate_namespace(dev, ino, kill_wait)
-        staging = Staging.from_record(record.get("staging"))
+        dev, ino = job_pins.mnt_dev, job_pins.mnt_ino
+        if held is not None and dev is not None and ino is not None:
+            errors += pins.terminate_namespace(dev, ino, record.kill_wait)
+        staging = Staging.from_record(record.staging)
         scratch = staging.scratch_tree if staging is not None else None
         keep_scratch = False
         if unstage and staging is not None and scratch is not None:
@@ -419,22 +413,21 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             problems = unstage_session(record, staging)
             errors += problems
             keep_scratch = bool(problems)
-        for t in trees_of(record):
-            tree = tree_from_record(t)
-            if removable(t, record) or isinstance(t.get("capacity"), int):
+        for t in record.trees:
+            tree, gone = t.tree, removable(t.tree, t.made, record)
+            if gone or t.capacity is not None:
                 _clear_the_way(tree, job_id)
-            if isinstance(t.get("capacity"), int):
+            if t.capacity is not None:
                 # Unmount first: removal never crosses into another file system.
                 errors += sizelimit.unmount(tree, job_id)
-            if removable(t, record):
+            if gone:
                 errors += fs.remove_recorded(tree)
-        st = record.get("staging")
-        scratch_rec = st.get("scratch_tree") if isinstance(st, dict) else None
-        if scratch is not None and isinstance(scratch_rec, dict) and not keep_scratch \
-                and removable(scratch_rec, record):
+        scratch_rec = record.scratch_record()
+        if scratch is not None and scratch_rec is not None and not keep_scratch \
+                and removable(scratch, scratch_rec.get("made", True) is True, record):
             _clear_the_way(scratch, job_id)
             errors += fs.remove_recorded(scratch)
-        if held is not None and isinstance(dev, int) and isinstance(ino, int):
+        if held is not None and dev is not None and ino is not None:
             errors += pins.terminate_namespace(dev, ino, 0.0)  # a task that joined meanwhile
     finally:
         if held is not None:
@@ -454,24 +447,22 @@ def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = F
                     hurry: bool = False) -> None:
     """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
     hurry: remove scratch without moving its content back (like scancel --hurry)."""
-    if record["state"] not in ("teardown", "teardown-fail"):
-        state.enter(state_dir, job_id, record, "teardown")
+    if record.state not in ("teardown", "teardown-fail"):
+        records.enter(state_dir, record, "teardown")
     errors: list[str] = []
     for attempt in range(ATTEMPTS):
         errors = teardown_once(record, unstage=not hurry)
         if not errors:
-            state.enter(state_dir, job_id, record, "complete")
+            records.enter(state_dir, record, "complete")
             errors = state.remove_job_dir(state_dir, job_id)
             if not errors:
                 return
-        fails = record["teardown_failures"]
-        assert isinstance(fails, int)
-        record["teardown_failures"] = fails + 1
-        record["errors"] = errors
-        state.write_record(state_dir, job_id, record)
+        record.teardown_failures += 1
+        record.errors = errors
+        records.save(state_dir, record)
         if attempt + 1 < ATTEMPTS:
             time.sleep(RETRY_PAUSE)
-    state.enter(state_dir, job_id, record, "teardown-fail")
+    records.enter(state_dir, record, "teardown-fail")
     for err in errors:
         sys.stderr.write(f"jobns: teardown {job_id}: {err}\n")
     if force:
@@ -488,23 +479,23 @@ def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = F
 
 def recover_one(config: Config, job_id: str, record: Record) -> str:
     """Act on an interrupted job by its recorded state (seed 003, slurmctld restart)."""
-    st = str(record["state"])
+    st = record.state
     if st in ("running", state.REFUSED):
         return f"{st}: nothing to do"
     if st in ("pending", "staging-in", "staged-in"):
-        request = copy.deepcopy(record)
+        request = record.copy()
         finish(config, job_id, record)  # teardown: inputs back, trees removed
         redo = _restart(request)
         job = job_of(redo)
         plan = plan_of(config, redo, job)
-        state.write_record(config.state_dir, job_id, redo)
+        records.save(config.state_dir, redo)
         state.close_run_env(config.state_dir, job_id, "pending", job.user.uid)
         try:
             run_setup(config, redo, job, plan)
         except UserError as e:
             if state.is_set_up(config.state_dir, job_id):
                 raise
-            refuse(config, job, float(str(redo["kill_wait"])), str(e))
+            refuse(config, job, redo.kill_wait, str(e))
             return f"{st}: torn down; set up again: refused ({e})"
         return f"{st}: torn down and set up again: running"
     if st == "pre-run":
@@ -523,15 +514,12 @@ def recover_one(config: Config, job_id: str, record: Record) -> str:
 def _restart(record: Record) -> Record:
     """The request of an interrupted setup, as new (nothing of it exists any more)."""
     now = time.time()
-    redo = copy.deepcopy(record)
-    redo.update({"state": "pending", "updated": now, "ran": False, "teardown_failures": 0,
-                 "errors": [], "pins": dict(NO_PINS)})
-    history = redo["history"]
-    assert isinstance(history, list)
-    history.append({"state": "pending", "at": now})
-    for t in trees_of(redo):
-        t["made"] = False
-    staging = redo.get("staging")
-    if isinstance(staging, dict) and isinstance(staging.get("scratch_tree"), dict):
-        staging["scratch_tree"]["made"] = False
+    redo = record.copy()
+    redo.state, redo.updated, redo.ran, redo.teardown_failures = "pending", now, False, 0
+    redo.errors, redo.pins = [], Pins()
+    redo.history.append({"state": "pending", "at": now})
+    redo.trees = [TreeRecord(t.tree, t.capacity, False) for t in redo.trees]
+    scratch = redo.scratch_record()
+    if scratch is not None:
+        scratch["made"] = False
     return redo

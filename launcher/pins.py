@@ -32,6 +32,7 @@ from launcher.errors import JobnsError
 from launcher.fastimport import set_dumpable, signal
 from launcher.fork import spawn
 from launcher.job import switch_user
+from launcher.record import Pins
 from launcher.supervise import signal_all
 
 TYPE_CHECKING = False
@@ -101,7 +102,7 @@ def outrank(pinner_id: int | None) -> None:
                      f"prolog's ({pinner_id}); the kernel would refuse to pin it")
 
 
-def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> dict[str, object]:
+def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> Pins:
     """Create the job's namespace(s) in a holder child and pin them; the pins record."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
     pinner_id = mntns_id()
@@ -145,21 +146,21 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> dict
             done_w = -1
             holder.finish("set up the job's namespace")  # raises with the holder's reason
             raise JobnsError("set up namespace: the namespace holder died")
-        pins: dict[str, object] = {"user": None, "mnt": mnt_pin}
+        pinned = Pins(None, mnt_pin)
         try:
             if userns:
                 _make_pin(user_pin, job.user.uid)
                 libc.mount(f"/proc/{holder.pid}/ns/user", user_pin, None, libc.MS_BIND)
-                pins["user"] = user_pin
+                pinned.user = user_pin
             _make_pin(mnt_pin, job.user.uid)
             libc.mount(f"/proc/{holder.pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
         except OSError as e:
-            unpin({"user": pins["user"]})  # never leave half a pin behind
+            unpin(Pins(pinned.user))  # never leave half a pin behind
             raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}"
                              ) from None
         st = os.stat(mnt_pin)
-        pins["mnt_dev"], pins["mnt_ino"] = st.st_dev, st.st_ino
-        return pins
+        pinned.mnt_dev, pinned.mnt_ino = st.st_dev, st.st_ino
+        return pinned
     finally:
         os.close(ready_r)
         if done_w >= 0:
@@ -169,11 +170,10 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> dict
             holder.wait()
 
 
-def unpin(pins: dict[str, object]) -> list[str]:
+def unpin(pinned: Pins) -> list[str]:
     errors = []
-    for key in ("mnt", "user"):
-        path = pins.get(key)
-        if not isinstance(path, str):
+    for path in (pinned.mnt, pinned.user):
+        if path is None:
             continue
         try:
             libc.umount2(path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
@@ -221,15 +221,15 @@ def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
     return []
 
 
-def hold(pins: dict[str, object]) -> int | None:
+def hold(pinned: Pins) -> int | None:
     """An fd on the job's mount namespace while teardown runs, or None if it is unpinned.
 
     Namespace inode numbers are reused once a namespace is freed: holding it keeps
     (dev, ino) meaning *this* job's namespace, so we never signal another job's tasks.
     The fd is only held and compared, never entered (the namespace is the user's).
     """
-    mnt, dev, ino = pins.get("mnt"), pins.get("mnt_dev"), pins.get("mnt_ino")
-    if not isinstance(mnt, str):
+    mnt, dev, ino = pinned.mnt, pinned.mnt_dev, pinned.mnt_ino
+    if mnt is None:
         return None
     try:
         fd = os.open(mnt, os.O_RDONLY | os.O_CLOEXEC)
@@ -242,14 +242,13 @@ def hold(pins: dict[str, object]) -> int | None:
     return fd
 
 
-def terminate(pins: dict[str, object], kill_wait: float) -> list[str]:
+def terminate(pinned: Pins, kill_wait: float) -> list[str]:
     """End every process left in the job's namespace (seed 004), keeping the pins."""
-    held = hold(pins)
+    held = hold(pinned)
     if held is None:
         return []
     try:
-        dev, ino = pins.get("mnt_dev"), pins.get("mnt_ino")
-        assert isinstance(dev, int) and isinstance(ino, int)
-        return terminate_namespace(dev, ino, kill_wait)
+        assert pinned.mnt_dev is not None and pinned.mnt_ino is not None
+        return terminate_namespace(pinned.mnt_dev, pinned.mnt_ino, kill_wait)
     finally:
         os.close(held)

@@ -9,7 +9,7 @@ import os
 import sys
 
 from launcher.fastimport import set_pdeathsig, signal
-from launcher.record import host_dirs, job_of, pins_of
+from launcher.record import host_dirs, job_of
 from launcher.staging import Staging
 
 TYPE_CHECKING = False
@@ -28,11 +28,10 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
            "LANG": "C.UTF-8"}
     env.update({k: v for k, v in os.environ.items() if k.startswith("SLURM_")})
     env.update(job_environment(config, job))
-    staging = Staging.from_record(record.get("staging"))
+    staging = Staging.from_record(record.staging)
     if staging is not None and staging.runtime_scratchdir and "RUNTIME_LOCAL_SCRATCH_DIR" \
             in env:
         env["RUNTIME_LOCAL_SCRATCH_DIR"] = staging.runtime_scratchdir
-    pins = pins_of(record)
     dirs = host_dirs(record)
     env.update({
         "JOBNS_JOB_ID": job.job_id, "JOBNS_USER": job.user.name,
@@ -42,7 +41,7 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
         "JOBNS_HOST_SHM": dirs.get("/dev/shm", ""),
         # The job's namespaces, for a program that must act in the job: as the job user
         # only (README "Acting inside a job"), never as root: the namespace is hers.
-        "JOBNS_MNT_NS": str(pins.get("mnt") or ""), "JOBNS_USER_NS": str(pins.get("user") or ""),
+        "JOBNS_MNT_NS": record.pins.mnt or "", "JOBNS_USER_NS": record.pins.user or "",
         "JOBNS_SESSION_DIR": (staging.session_dir or "") if staging else "",
         "JOBNS_SCRATCH_DIR": (staging.scratch_dir or "") if staging else "",
     })

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from launcher import state as state_mod
 from launcher import transfer
 from launcher.errors import JobnsError
 from launcher.plan import TMP_TARGETS, build, tree_from_record, tree_record
@@ -19,12 +20,167 @@ if TYPE_CHECKING:
     from launcher.capacity import Capacities
     from launcher.config import Config
     from launcher.job import Job, User
-    from launcher.plan import Plan
+    from launcher.plan import Plan, Tree
     from launcher.staging import Staging
 
-Record = dict[str, object]
-NO_PINS: dict[str, object] = {"user": None, "mnt": None, "mnt_dev": None, "mnt_ino": None}
 NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
+
+
+class TreeRecord:
+    """One recorded tree: where it is, whether it is removed, its capacity, and whether
+    this setup made it (a failed setup removes only what it made)."""
+
+    __slots__ = ("capacity", "made", "tree")
+
+    def __init__(self, tree: Tree, capacity: int | None = None, made: bool = False) -> None:
+        self.tree = tree
+        self.capacity = capacity
+        self.made = made
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> TreeRecord:
+        cap = d.get("capacity")
+        return cls(tree_from_record(d), cap if isinstance(cap, int) else None,
+                   d.get("made", True) is True)
+
+    def to_dict(self) -> dict[str, object]:
+        out = tree_record(self.tree, self.capacity)
+        out["made"] = self.made
+        return out
+
+
+class Pins:
+    """The pin files of a set-up job and the identity of the mount namespace pinned."""
+
+    __slots__ = ("mnt", "mnt_dev", "mnt_ino", "user")
+
+    def __init__(self, user: str | None = None, mnt: str | None = None,
+                 mnt_dev: int | None = None, mnt_ino: int | None = None) -> None:
+        self.user = user
+        self.mnt = mnt
+        self.mnt_dev = mnt_dev
+        self.mnt_ino = mnt_ino
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Pins:
+        def s(k: str) -> str | None:
+            v = d.get(k)
+            return v if isinstance(v, str) else None
+
+        def i(k: str) -> int | None:
+            v = d.get(k)
+            return v if isinstance(v, int) else None
+
+        return cls(s("user"), s("mnt"), i("mnt_dev"), i("mnt_ino"))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"user": self.user, "mnt": self.mnt, "mnt_dev": self.mnt_dev,
+                "mnt_ino": self.mnt_ino}
+
+
+class Record:
+    """A job's persisted record (schemas/job-state.schema.json), typed.
+
+    from_dict checks the schema first (a damaged record is an error, never a guess);
+    to_dict gives the document state.write_record checks and writes."""
+
+    __slots__ = ("arc", "capacities", "created", "errors", "gid", "history", "hostname",
+                 "job_id", "kill_wait", "layout", "no_rm_tmpdir", "options", "pins", "ran",
+                 "staging", "state", "teardown_failures", "trees", "uid", "updated",
+                 "user_name", "version")
+
+    def __init__(self, job_id: str, user_name: str, uid: int, gid: int, hostname: str,
+                 layout: str, no_rm_tmpdir: bool, state: str, kill_wait: float) -> None:
+        now = time.time()
+        self.version = 1
+        self.job_id = job_id
+        self.user_name, self.uid, self.gid = user_name, uid, gid
+        self.hostname = hostname
+        self.layout = layout
+        self.no_rm_tmpdir = no_rm_tmpdir
+        self.state = state
+        self.created = self.updated = now
+        self.trees: list[TreeRecord] = []
+        self.pins = Pins()
+        self.kill_wait = kill_wait
+        self.arc: dict[str, object] | None = None
+        self.teardown_failures = 0
+        self.errors: list[str] = []
+        self.history: list[dict[str, object]] = [{"state": state, "at": now}]
+        self.options: dict[str, object] | None = None
+        self.ran: bool | None = False  # None: an old record; the state decides
+        self.capacities: dict[str, int | None] | dict[str, object] = dict(NO_CAPACITIES)
+        self.staging: dict[str, object] | None = None
+
+    @classmethod
+    def from_dict(cls, d: object, where: str = "job record", checked: bool = False
+                  ) -> Record:
+        if not checked:
+            from launcher.validate import first_error
+            from schemas.generated import SCHEMAS
+
+            problem = first_error(d, SCHEMAS["job-state.schema.json"])
+            if problem is not None:
+                raise JobnsError(f"read {where}: {problem}")
+        assert isinstance(d, dict)
+        user = d["user"]
+        assert isinstance(user, dict)
+        r = cls(str(d["job_id"]), str(user["name"]), int(user["uid"]), int(user["gid"]),
+                str(d["hostname"]), str(d["layout"]), bool(d["no_rm_tmpdir"]),
+                str(d["state"]), float(d["kill_wait"]))
+        r.version = int(d["version"])
+        r.created, r.updated = float(d["created"]), float(d["updated"])
+        r.trees = [TreeRecord.from_dict(t) for t in d["trees"]]
+        r.pins = Pins.from_dict(d["pins"])
+        r.arc = d.get("arc")
+        r.teardown_failures = int(d["teardown_failures"])
+        r.errors = [str(e) for e in d.get("errors", [])]
+        r.history = list(d["history"])
+        r.options = d.get("options")
+        ran = d.get("ran")
+        r.ran = ran if isinstance(ran, bool) else None
+        caps = d.get("capacities")
+        r.capacities = caps if isinstance(caps, dict) else dict(NO_CAPACITIES)
+        r.staging = d.get("staging")
+        return r
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "version": self.version, "job_id": self.job_id,
+            "user": {"name": self.user_name, "uid": self.uid, "gid": self.gid},
+            "hostname": self.hostname, "layout": self.layout,
+            "no_rm_tmpdir": self.no_rm_tmpdir, "state": self.state, "created": self.created,
+            "updated": self.updated, "trees": [t.to_dict() for t in self.trees],
+            "pins": self.pins.to_dict(), "kill_wait": self.kill_wait, "arc": self.arc,
+            "teardown_failures": self.teardown_failures, "errors": list(self.errors),
+            "history": list(self.history), "capacities": self.capacities,
+            "staging": self.staging}
+        if self.options is not None:
+            out["options"] = self.options
+        if self.ran is not None:
+            out["ran"] = self.ran
+        return out
+
+    def copy(self) -> Record:
+        import copy
+
+        return Record.from_dict(copy.deepcopy(self.to_dict()), checked=True)
+
+    def set_state(self, new: str) -> None:
+        assert new in state_mod.STATES, new
+        now = time.time()
+        self.state = new
+        self.updated = now
+        self.history.append({"state": new, "at": now})
+
+    def has_run(self, default: bool) -> bool:
+        """Did the job reach `running`? (old records without the field: `default`)"""
+        return default if self.ran is None else self.ran
+
+    def scratch_record(self) -> dict[str, object] | None:
+        """The staging scratch tree's record, if the job has one."""
+        tree = self.staging.get("scratch_tree") if isinstance(self.staging, dict) else None
+        return tree if isinstance(tree, dict) else None
 
 
 def options_of(job: Job, caps: Capacities | None = None,
@@ -39,76 +195,50 @@ def new_record(job: Job, plan: Plan | None, kill_wait: float, config: Config,
                caps: Capacities | None = None, staging: Staging | None = None,
                state: str = "pending") -> Record:
     """A fresh record; plan None for a refused job (it has no trees)."""
-    now = time.time()
+    r = Record(job.job_id, job.user.name, job.user.uid, job.user.gid, job.hostname,
+               job.layout, job.no_rm, state, kill_wait)
+    if plan is not None:
+        r.trees = [TreeRecord(t, caps.for_tree(t.role) if caps is not None else None)
+                   for t in plan.trees]
     arc = config.raw.get("arc")
-    trees = [] if plan is None else [
-        tree_record(t, caps.for_tree(t.role) if caps is not None else None)
-        for t in plan.trees]
-    return {
-        "version": 1, "job_id": job.job_id,
-        "user": {"name": job.user.name, "uid": job.user.uid, "gid": job.user.gid},
-        "hostname": job.hostname, "layout": job.layout, "no_rm_tmpdir": job.no_rm,
-        "state": state, "created": now, "updated": now, "trees": trees,
-        "pins": dict(NO_PINS), "kill_wait": kill_wait,
-        "arc": arc if isinstance(arc, dict) else None,
-        "teardown_failures": 0, "errors": [], "history": [{"state": state, "at": now}],
-        "options": options_of(job, caps, staging), "ran": False,
-        "capacities": caps.record() if caps is not None else dict(NO_CAPACITIES),
-        "staging": staging.record() if staging is not None else None,
-    }
+    r.arc = arc if isinstance(arc, dict) else None
+    r.options = options_of(job, caps, staging)
+    if caps is not None:
+        r.capacities = caps.record()
+    r.staging = staging.record() if staging is not None else None
+    return r
 
 
 def user_of(record: Record) -> User:
     """The record's user, looked up again for the groups (else only its ids)."""
     from launcher.job import User, lookup_user
 
-    user = record["user"]
-    assert isinstance(user, dict)
-    uid, gid = int(user["uid"]), int(user["gid"])
     try:
-        return lookup_user(str(uid))
+        return lookup_user(str(record.uid))
     except JobnsError:
-        return User(str(user["name"]), uid, gid, (gid,), "/")
-
-
-def owner(record: Record) -> int:
-    user = record["user"]
-    assert isinstance(user, dict)
-    return int(user["uid"])
+        return User(record.user_name, record.uid, record.gid, (record.gid,), "/")
 
 
 def job_of(record: Record) -> Job:
     """The job a record describes."""
     from launcher.job import Job
 
-    return Job(str(record["job_id"]), user_of(record), str(record["hostname"]),
-               str(record["layout"]), bool(record["no_rm_tmpdir"]))
+    return Job(record.job_id, user_of(record), record.hostname, record.layout,
+               record.no_rm_tmpdir)
 
 
 def plan_of(config: Config, record: Record, job: Job) -> Plan:
     """The job's plan with the recorded trees."""
     plan = build(config, job)
-    plan.trees = [tree_from_record(t) for t in trees_of(record)]
+    plan.trees = [t.tree for t in record.trees]
     return plan
-
-
-def trees_of(record: Record) -> list[dict[str, object]]:
-    trees = record["trees"]
-    assert isinstance(trees, list)
-    return trees
-
-
-def pins_of(record: Record) -> dict[str, object]:
-    pins = record["pins"]
-    assert isinstance(pins, dict)
-    return pins
 
 
 def host_dirs(record: Record) -> dict[str, str]:
     """Where the job's /tmp, /var/tmp and /dev/shm are on the host."""
     out: dict[str, str] = {}
-    for t in trees_of(record):
-        tree = tree_from_record(t)
+    for t in record.trees:
+        tree = t.tree
         if tree.role == "shm":
             out["/dev/shm"] = tree.path
         else:
@@ -117,26 +247,21 @@ def host_dirs(record: Record) -> dict[str, str]:
 
 
 def user_ids(record: Record) -> tuple[int, int, list[int]]:
-    user = record["user"]
-    assert isinstance(user, dict)
-    return transfer.user_ids(int(user["uid"]), int(user["gid"]))
+    return transfer.user_ids(record.uid, record.gid)
 
 
 def run_env_values(record: Record, config: Config) -> dict[str, str]:
-    pins = pins_of(record)
-    user = record["user"]
-    assert isinstance(user, dict)
     values = {
-        "job_id": str(record["job_id"]), "uid": str(user["uid"]), "gid": str(user["gid"]),
-        "user": str(user["name"]), "layout": str(record["layout"]),
-        "user_pin": str(pins["user"] or ""), "mnt_pin": str(pins["mnt"]),
-        "kill_wait": repr(record["kill_wait"]),
+        "job_id": record.job_id, "uid": str(record.uid), "gid": str(record.gid),
+        "user": record.user_name, "layout": record.layout,
+        "user_pin": record.pins.user or "", "mnt_pin": str(record.pins.mnt),
+        "kill_wait": repr(record.kill_wait),
     }
     # The job environment as setup saw the config: later runs use exactly this.
     arc = config.arc
     if arc is not None:
         scratchdir = arc.scratchdir
-        staging = record.get("staging")
+        staging = record.staging
         if isinstance(staging, dict) and staging.get("runtime_scratchdir"):
             # Dynamic scratch: ARC's wrapper appends <arc-job-id> to this (seed 001).
             scratchdir = str(staging["runtime_scratchdir"])
@@ -144,3 +269,23 @@ def run_env_values(record: Record, config: Config) -> dict[str, str]:
                        "arc.scratchdir": scratchdir, "arc.movetool": arc.movetool,
                        "arc.shared_scratch": arc.shared_scratch})
     return values
+
+
+def load(state_dir: str, job_id: str) -> Record | None:
+    """A job's record on this node, or None; JobnsError if it is damaged."""
+    doc = state_mod.read_record(state_dir, job_id)
+    if doc is None:
+        return None
+    return Record.from_dict(doc, f"{state_mod.job_dir(state_dir, job_id)}/{state_mod.STATE}",
+                            checked=True)
+
+
+def save(state_dir: str, record: Record) -> None:
+    state_mod.write_record(state_dir, record.job_id, record.to_dict(), record.uid)
+
+
+def enter(state_dir: str, record: Record, new: str) -> None:
+    """Move the job to a new state and persist it before any of that state's work."""
+    record.set_state(new)
+    save(state_dir, record)
+    state_mod.pause_point(new)

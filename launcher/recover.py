@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 from launcher import config as config_mod
+from launcher import record as records
 from launcher import state
 from launcher.errors import JobnsError
 from launcher.inputs import Options
@@ -31,7 +32,7 @@ def main(opts: Options, _command: list[str]) -> int:
             print(f"job {job_id}: busy: another jobns holds its lock (it is being handled)")
             continue
         try:
-            record = state.read_record(config.state_dir, job_id)
+            record = records.load(config.state_dir, job_id)
             if record is not None:
                 print(f"job {job_id}: {recover_one(config, job_id, record)}")
             if not state.is_set_up(config.state_dir, job_id):

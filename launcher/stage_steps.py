@@ -10,7 +10,7 @@ import sys
 
 from launcher import transfer
 from launcher.errors import UserError
-from launcher.record import owner, user_ids
+from launcher.record import user_ids
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def check_session_dir(record: Record, staging: Staging) -> None:
     path = staging.session_dir
     if path is None:
         return
-    uid = owner(record)
+    uid = record.uid
     try:
         st = os.lstat(path)
     except OSError as e:
@@ -103,5 +103,5 @@ def _worker(record: Record, what: str, work: Callable[[], transfer.Result]) -> l
     uid, gid, groups = user_ids(record)
     result = transfer.as_user(uid, gid, groups, what, work)
     for w in transfer.warnings_of(result):
-        warn(f"job {record['job_id']}: {w}")
+        warn(f"job {record.job_id}: {w}")
     return transfer.errors_of(result)

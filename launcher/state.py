@@ -43,11 +43,6 @@ def job_dir(state_dir: str, job_id: str) -> str:
     return f"{state_dir}/{JOBS}/{job_id}"
 
 
-def pin_paths(state_dir: str, job_id: str) -> tuple[str, str]:
-    d = job_dir(state_dir, job_id)
-    return f"{d}/ns/user", f"{d}/ns/mnt"
-
-
 def _mountpoints() -> set[str]:
     with open("/proc/self/mountinfo") as f:
         return {line.split()[4].replace("\\040", " ") for line in f}
@@ -193,49 +188,25 @@ def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
     return doc
 
 
-def write_record(state_dir: str, job_id: str, record: dict[str, object]) -> None:
+def write_record(state_dir: str, job_id: str, doc: dict[str, object], uid: int | None) -> None:
+    """Write a job's record document (launcher.record.save) where only root and the job's
+    user (uid) can read it."""
     from launcher.jsonfast import dumps
     from launcher.validate import first_error
     from schemas.generated import SCHEMAS
 
-    problem = first_error(record, SCHEMAS["job-state.schema.json"])
+    problem = first_error(doc, SCHEMAS["job-state.schema.json"])
     if problem is not None:  # a bug in jobns, not bad input: say so loudly
         raise JobnsError(f"internal error: job state for {job_id} violates its schema: {problem}")
     d = job_dir(state_dir, job_id)
-    uid = owner_of(record)
     private_dir(d, uid)
-    write_atomic(f"{d}/{STATE}", dumps(record).encode() + b"\n", uid)
-
-
-def owner_of(record: dict[str, object]) -> int | None:
-    user = record.get("user")
-    uid = user.get("uid") if isinstance(user, dict) else None
-    return uid if isinstance(uid, int) else None
+    write_atomic(f"{d}/{STATE}", dumps(doc).encode() + b"\n", uid)
 
 
 REFUSED = "refused"  # setup found a user-caused problem: the job is failed, not the node
 STATES = ("pending", "staging-in", "staged-in", "pre-run", "running", "post-run",
           "staging-out", "teardown", "teardown-fail", "complete", REFUSED)
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
-
-
-def set_state(record: dict[str, object], new: str) -> None:
-    import time
-
-    assert new in STATES, new
-    now = time.time()
-    record["state"] = new
-    record["updated"] = now
-    history = record["history"]
-    assert isinstance(history, list)
-    history.append({"state": new, "at": now})
-
-
-def enter(state_dir: str, job_id: str, record: dict[str, object], new: str) -> None:
-    """Move the job to a new state and persist it before any of that state's work."""
-    set_state(record, new)
-    write_record(state_dir, job_id, record)
-    pause_point(new)
 
 
 def pause_point(point: str) -> None:

@@ -14,6 +14,7 @@ import os
 
 from launcher import config as config_mod
 from launcher import lifecycle, state
+from launcher import record as records
 from launcher.errors import UserError
 from launcher.inputs import Options
 from launcher.job import job_id_from
@@ -34,7 +35,7 @@ def main(opts: Options, _command: list[str]) -> int:
             return 0  # no state directory: nothing was ever set up here
         raise
     try:
-        record = state.read_record(config.state_dir, job_id)
+        record = records.load(config.state_dir, job_id)
         if record is None:
             lock.release_and_remove()
             return 0  # not set up on this node (or already torn down): nothing to do

@@ -3,6 +3,7 @@ on the caller's own files, across file systems where /dev/shm is one of its own)
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import uuid
@@ -16,7 +17,8 @@ from launcher.config import Config, parse
 from launcher.directives import DirectiveError, parse_script
 from launcher.errors import JobnsError
 from launcher.lifecycle import removable
-from launcher.record import host_dirs
+from launcher.plan import Tree
+from launcher.record import Pins, Record, TreeRecord, host_dirs
 from launcher.transfer import PART, Transfer, part_name
 
 MI = 1024**2
@@ -70,24 +72,50 @@ def test_describe_capacities() -> None:
 # ----------------------------------------------------------------------------- states
 
 
+def rec(**fields: object) -> Record:
+    r = Record("1", "alice", 1000, 1000, "n1", "local", False, "pending", 30.0)
+    for k, v in fields.items():
+        setattr(r, k, v)
+    return r
+
+
 def test_states_are_seed_003s_plus_refused_and_history_grows() -> None:
     assert state.STATES == ("pending", "staging-in", "staged-in", "pre-run", "running",
                             "post-run", "staging-out", "teardown", "teardown-fail", "complete",
                             "refused")
-    rec: dict[str, object] = {"state": "pending", "history": []}
-    state.set_state(rec, "staging-in")
-    assert rec["state"] == "staging-in" and rec["history"][0]["state"] == "staging-in"  # type: ignore[index]
+    r = rec()
+    r.set_state("staging-in")
+    assert r.state == "staging-in" and [h["state"] for h in r.history] == ["pending",
+                                                                          "staging-in"]
     with pytest.raises(AssertionError):
-        state.set_state(rec, "allocating")
+        r.set_state("allocating")
+
+
+def test_record_round_trips_through_its_schema_and_rejects_damage() -> None:
+    r = rec(trees=[TreeRecord(Tree("shm", "/s", (), "job-1", (), True), 1 << 20, True)],
+            pins=Pins("/p/user", "/p/mnt", 1, 2), errors=["x"], ran=True)
+    back = Record.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back.to_dict() == r.to_dict()
+    assert back.trees[0].capacity == 1 << 20 and back.pins.mnt_ino == 2 and back.ran is True
+    copy = back.copy()
+    copy.trees[0].made = False
+    assert back.trees[0].made is True  # a copy is deep
+    damaged = r.to_dict()
+    damaged["state"] = "exploded"
+    with pytest.raises(JobnsError, match="state"):
+        Record.from_dict(damaged)
+    old = r.to_dict()
+    del old["ran"]  # a record of the first version: the state decides
+    assert Record.from_dict(old).has_run(True) and not Record.from_dict(old).has_run(False)
 
 
 def test_what_teardown_removes() -> None:
-    made = {"remove": True, "made": True}
-    found = {"remove": True, "made": False}
-    kept = {"remove": False, "made": True}
-    assert removable(made, {"ran": False}) and not removable(found, {"ran": False})
-    assert removable(found, {"ran": True}) and not removable(kept, {"ran": True})
-    assert removable({"remove": True}, {})  # a record of the first version
+    removed, kept = Tree("local", "/l", (), "job-1", ("tmp",), True), \
+        Tree("shared", "/s", (), "job-1", ("tmp",), False)
+    assert removable(removed, True, rec(ran=False))
+    assert not removable(removed, False, rec(ran=False))  # found in place by a failed setup
+    assert removable(removed, False, rec(ran=True)) and not removable(kept, True, rec(ran=True))
+    assert removable(removed, False, rec(ran=None))  # a record of the first version
 
 
 def test_host_dirs_of_a_record() -> None:
@@ -95,7 +123,8 @@ def test_host_dirs_of_a_record() -> None:
               "children": ["tmp", "var_tmp"], "remove": True},
              {"role": "shm", "base": "/s", "parents": [], "name": "job-1", "children": [],
               "remove": True}]
-    assert host_dirs({"trees": trees}) == {"/tmp": "/l/job-1/tmp", "/var/tmp":
+    r = rec(trees=[TreeRecord.from_dict(t) for t in trees])
+    assert host_dirs(r) == {"/tmp": "/l/job-1/tmp", "/var/tmp":
                                            "/l/job-1/var_tmp", "/dev/shm": "/s/job-1"}
 
 
