@@ -336,7 +336,9 @@ def _expand(path: str, i: int, symbols: Symbols) -> str:
         return "%"
     entry = _SYMBOLS.get(letter)
     if entry is None:
-        raise DirectiveError(f"path {path!r} uses unknown symbol '%{letter}'; known symbols "
+        # The letter is the user's and may be a control character: never shown raw.
+        shown = f"'%{letter}'" if letter.isprintable() else repr("%" + letter)
+        raise DirectiveError(f"path {path!r} uses unknown symbol {shown}; known symbols "
                              "are %% %A %a %d %j %u %x, write '%%' for a literal %")
     getter, what, fix = entry
     value = getter(symbols)

@@ -15,6 +15,16 @@ import os
 from launcher import libc
 from launcher.errors import JobnsError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    from launcher.fs import TreeHandle
+    from launcher.plan import Bind, Plan
+
+    T = TypeVar("T")
+
 # statvfs f_flag bits -> mount flags a bind remount must keep (a user namespace
 # may not clear flags of the mount it copied: they are "locked", see mount_namespaces(7)).
 _KEEP = ((os.ST_RDONLY, libc.MS_RDONLY), (os.ST_NOEXEC, libc.MS_NOEXEC),
@@ -83,6 +93,33 @@ def bind(source_fd: int, source_path: str, target: str) -> None:
         libc.mount(None, target, None, flags)
     except OSError as e:
         raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
+
+
+def apply_binds(plan: Plan, handles: list[TreeHandle], expected: list[tuple[int, int]],
+                place: Callable[[Bind], T] | None = None,
+                bind_one: Callable[[int, str, T, tuple[int, int]], object] | None = None
+                ) -> list[object]:
+    """The one executor of a plan's binds (run, setup's holder and the OCI hook use it).
+
+    First every source is opened again here, by a walk that never follows a symlink,
+    and checked to be the directory verified before (expected: its (st_dev, st_ino)); a
+    bind source must belong to the caller's mount namespace, and opening them all before
+    the first bind is what makes seed 000's ordering trap impossible. Then each is bound
+    over its target: by default the path b.target in this namespace; the hook passes
+    `place` (resolve the target under a container's rootfs) and `bind_one` (bind there).
+    Returns what each bind_one returned.
+    """
+    from launcher import fs
+
+    sources = [fs.reopen(handles[b.tree], b.child, ident)
+               for b, ident in zip(plan.binds, expected, strict=True)]
+    done: list[object] = []
+    for (fd, path), b, ident in zip(sources, plan.binds, expected, strict=True):
+        if place is None or bind_one is None:
+            bind(fd, path, b.target)
+        else:
+            done.append(bind_one(fd, path, place(b), ident))
+    return done
 
 
 def unshare_net() -> None:

@@ -130,10 +130,7 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> Pins
             set_dumpable(True)
             namespace.unshare(userns=True, net_none=False)
         outrank(pinner_id)  # before the binds, so they are made in the final namespace
-        sources = [fs.reopen(handles[b.tree], b.child, ident)
-                   for b, ident in zip(plan.binds, expected, strict=True)]
-        for (fd, path), b in zip(sources, plan.binds, strict=True):
-            namespace.bind(fd, path, b.target)
+        namespace.apply_binds(plan, handles, expected)
         os.write(ready_w, b"ok")
         os.read(done_r, 1)  # hold the namespaces until root has pinned them
 

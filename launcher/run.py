@@ -152,13 +152,7 @@ def run_standalone(plan: Plan, job: Job, command: list[str], environ: dict[str, 
 
         def prepare() -> None:
             namespace.unshare(userns=not root, net_none=net_none)
-            # A bind source must belong to our new namespace (else EINVAL), so reopen
-            # every source here, all before the first bind, and check each is the very
-            # directory the parent verified.
-            sources = [fs.reopen(handles[b.tree], b.child, ident)
-                       for b, ident in zip(plan.binds, expected, strict=True)]
-            for (fd, path), b in zip(sources, plan.binds, strict=True):
-                namespace.bind(fd, path, b.target)
+            namespace.apply_binds(plan, handles, expected)
             if net_none:
                 namespace.loopback_up()
             if root and job.user.uid != 0:
