@@ -203,6 +203,7 @@ def write_record(state_dir: str, job_id: str, doc: dict[str, object], uid: int |
     write_atomic(f"{d}/{STATE}", dumps(doc).encode() + b"\n", uid)
 
 
+MAX_REASON = 2000
 REFUSED = "refused"  # setup found a user-caused problem: the job is failed, not the node
 STATES = ("pending", "staging-in", "staged-in", "pre-run", "running", "post-run",
           "staging-out", "teardown", "teardown-fail", "complete", REFUSED)
@@ -224,7 +225,8 @@ def close_run_env(state_dir: str, job_id: str, why: str, uid: int | None,
     why a refused job was refused (every task then fails with it)."""
     values = {"closed": why}
     if reason:
-        values["reason"] = " ".join(reason.split())  # one line, whatever the message
+        # One line of bounded size, whatever the user's directive said.
+        values["reason"] = " ".join(reason.split())[:MAX_REASON]
     write_run_env(state_dir, job_id, values, uid)
 
 
@@ -295,4 +297,7 @@ def list_jobs(state_dir: str) -> list[str]:
         names = os.listdir(f"{state_dir}/{JOBS}")
     except FileNotFoundError:
         return []
+    except PermissionError:
+        raise JobnsError(f"list the jobs under {state_dir}: permission denied (job state is "
+                         "private: run this as root)") from None
     return sorted(n for n in names if not n.endswith(".lock") and ".tmp-" not in n)

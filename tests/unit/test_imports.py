@@ -1,0 +1,85 @@
+"""The import graph of launcher/ and hook/ (no root): no cycle, and it flows one way.
+
+Every import counts, also those inside functions and under TYPE_CHECKING: a cycle that
+only closes at run time is still a knot a newcomer has to untie.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("launcher", "hook", "schemas")
+
+# Lower layers never import higher ones (README "Development": cli -> commands ->
+# lifecycle -> record/pins/staging/fs -> plan/job/config/state -> libc).
+COMMANDS = {"launcher.cli", "launcher.run", "launcher.setup", "launcher.teardown",
+            "launcher.recover", "launcher.gc", "launcher.report", "hook.hook",
+            "hook.oci_config"}
+LOW = {"launcher.libc", "launcher.errors", "launcher.plan", "launcher.job",
+       "launcher.config", "launcher.state", "launcher.fork", "launcher.removal",
+       "launcher.mountinfo", "launcher.fastimport", "launcher.jsonfast", "launcher.validate",
+       "launcher.environment"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((REPO / pkg).glob("*.py")):
+            out[pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"] = p
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            edges[name] |= {t for t in targets if t in mods and t != name and t not in
+                            PACKAGES}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u: str) -> None:
+        state[u] = 1
+        stack.append(u)
+        for v in sorted(edges[u]):
+            if state.get(v) == 1:
+                found.append([*stack[stack.index(v):], v])
+            elif v not in state:
+                visit(v)
+        stack.pop()
+        state[u] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_imports_flow_one_way() -> None:
+    edges = graph()
+    assert COMMANDS <= set(edges) and LOW <= set(edges)
+    upward = {(m, t) for m, ts in edges.items() for t in ts
+              if (m in LOW and t not in LOW and t != "schemas.generated")
+              or (m not in COMMANDS and t in COMMANDS)}
+    assert upward == set()
