@@ -18,9 +18,10 @@ capacity, since nothing would unmount the file system after its last task.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.errors import JobnsError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from launcher.config import Config
     from launcher.directives import Directives

@@ -367,6 +367,8 @@ def _component_problem(value: str) -> str | None:
         return "it contains '/'"
     if _CONTROL_RE.search(value):
         return "it contains control characters"
+    if _unencodable(value):
+        return "it is not valid text (a lone UTF-16 surrogate)"
     if len(_encode(value)) > NAME_MAX:
         return f"it is longer than {NAME_MAX} bytes"
     return None
@@ -385,6 +387,16 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+def _unencodable(text: str) -> bool:
+    """True if text has a surrogate that no file name can hold (only the ones
+    os.fsdecode makes from undecodable bytes, U+DC80..U+DCFF, stand for bytes)."""
+    try:
+        _encode(text)
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 # -------------------------------------------------------------------------- confinement
 
 
@@ -398,6 +410,9 @@ def normalise(path: str) -> str:
     if _CONTROL_RE.search(path):
         raise DirectiveError(f"path {path!r} contains a NUL or control character; remove "
                              "it (check the job name, user name and working directory)")
+    if _unencodable(path):
+        raise DirectiveError(f"path {path!r} is not valid text (a lone UTF-16 surrogate); "
+                             "remove it (check the job name, user name and working directory)")
     if not path.startswith("/"):
         raise DirectiveError(f"path {path!r} is relative; give an absolute path "
                              "(starting with / or %d)")

@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from launcher import fs, pins, sizelimit, state
 from launcher import record as records
@@ -66,7 +67,6 @@ from launcher.record import (
 from launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
 from launcher.staging import Staging
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

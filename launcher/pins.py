@@ -24,18 +24,19 @@ host by (st_dev, st_ino) and signals them from outside.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from launcher import fs, libc, namespace, state
 from launcher.errors import JobnsError
-from launcher.fastimport import set_dumpable, signal
+from launcher.fastimport import set_dumpable
 from launcher.fork import spawn
 from launcher.job import switch_user
 from launcher.record import Pins
 from launcher.supervise import signal_all
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from launcher.fs import TreeHandle
     from launcher.job import Job

@@ -6,13 +6,14 @@ must act inside the job does so as the job user (README "Acting inside a job")."
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from typing import TYPE_CHECKING
 
-from launcher.fastimport import set_pdeathsig, signal
+from launcher.fastimport import set_pdeathsig
 from launcher.record import host_dirs, job_of
 from launcher.staging import Staging
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from launcher.config import Config
     from launcher.record import Record

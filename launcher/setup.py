@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from launcher import config as config_mod
 from launcher import lifecycle
@@ -23,7 +24,6 @@ from launcher.lifecycle import apply_directives, gather_directives, require_root
 from launcher.plan import build
 from launcher.plan import tree_from_record as tree_from_record  # TODO(hook): import from plan
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from launcher.staging import Staging
 

@@ -16,12 +16,12 @@ meaning that directory until teardown unmounts it (UMOUNT_NOFOLLOW, by that name
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from launcher import fs, libc, mountinfo
 from launcher.errors import JobnsError, UserError
 from launcher.plan import SCRATCH_MODE, TOP_MODE
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from launcher.fs import TreeHandle
     from launcher.plan import Tree

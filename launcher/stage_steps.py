@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from launcher import transfer
 from launcher.errors import UserError
 from launcher.record import user_ids
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 

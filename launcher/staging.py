@@ -24,11 +24,12 @@ crash or restart (``jobns recover``) replays exactly the same operations:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.errors import JobnsError
 from launcher.job import safe_component
 from launcher.plan import Tree
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -33,18 +33,19 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import sys
+from typing import TYPE_CHECKING
 
 from launcher import removal
 from launcher.errors import JobnsError
-from launcher.fastimport import set_pdeathsig, signal
+from launcher.fastimport import set_pdeathsig
 
 PART = ".jobns-part-"
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
 TOOL_OUTPUT_TAIL = 2000
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
