@@ -78,7 +78,7 @@ def test_the_cycle_finder_finds_one() -> None:
 
 def test_imports_flow_one_way() -> None:
     edges = graph()
-    assert COMMANDS <= set(edges) and LOW <= set(edges)
+    assert set(edges) >= COMMANDS | LOW
     upward = {(m, t) for m, ts in edges.items() for t in ts
               if (m in LOW and t not in LOW and t != "schemas.generated")
               or (m not in COMMANDS and t in COMMANDS)}
