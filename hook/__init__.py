@@ -13,6 +13,14 @@ container's mount namespace (hook/mounts.py, hook/rootfs.py) -> hold
 (hook/holds.py). Any failure: one line `jobns: ...` on stderr, exit 125 (the
 runtime aborts the container), and what this call made is undone.
 
+Whose container (SECURITY.md rule 7): the container's process user (process.user,
+mapped to the host through the live init's uid_map, else linux.uidMappings) must be
+the job's owner: the prolog's recorded user, the user an annotation or SLURM_JOB_USER/
+UID names, or the owner of a standalone job's directories already on the node. A root
+container gets only a root job's directories. A rootfs path through a symlink that is
+not root's, and a mount point on a shared mount (the bind would reach the host), are
+refused too.
+
 Stage mapping (no STAGE argument): status creating (runc) or created (crun) ->
 createRuntime; stopped -> poststop; running/paused -> refused (too late).
 

@@ -1,9 +1,14 @@
 """An OCI bundle's config.json: read safely, the few fields jobns needs, written atomically.
 
-The bundle path comes from the runtime (the state on stdin) and root.path from
-the bundle's author, who also chose the runtime: both are followed like the
-runtime follows them. config.json itself is opened without following a link,
-and only the fields below are used, each checked with an error naming it.
+The bundle path comes from the runtime (the state on stdin) and is followed like
+the runtime follows it; root.path is only joined to it here (hook/rootfs.py opens
+it, following root's links only). config.json itself is opened without following a
+link, and only the fields below are used, each checked with an error naming it.
+
+process.user is who the container runs as; mapped through the container's user
+namespace (the live init's maps when the hook has its pid, else linux.uidMappings)
+it is the host uid that must own the job whose directories the container gets
+(hook/identity.py, DESIGN.md rule 7).
 """
 
 from __future__ import annotations
@@ -37,9 +42,8 @@ class Bundle:
         self.env = env_map(process.get("env"), where)
         self.where = where
 
-    def process_ids(self) -> tuple[int, int]:
-        """The host uid and gid the container's process runs as (process.user, mapped
-        through the container's user namespace if it has one)."""
+    def process_user(self) -> tuple[int, int]:
+        """process.user's uid and gid, as the container sees them (0 if unset)."""
         process = self.doc.get("process")
         user = process.get("user") if isinstance(process, dict) else None
         user = user if isinstance(user, dict) else {}
@@ -47,6 +51,16 @@ class Bundle:
         if not _is_id(uid) or not _is_id(gid):
             raise JobnsError(f"read {self.where}: process.user.uid/gid must be numbers >= 0")
         assert isinstance(uid, int) and isinstance(gid, int)
+        return uid, gid
+
+    def process_ids(self, pid: int = 0) -> tuple[int, int]:
+        """The host uid and gid the container's process runs as: process.user mapped
+        through the container's user namespace, if it has one. With the pid of the
+        container's init (a hook), its live /proc/PID/uid_map and gid_map are the truth;
+        else (oci-config) linux.uidMappings and gidMappings."""
+        uid, gid = self.process_user()
+        if pid > 0:
+            return live_host_ids(pid, uid, gid)
         return host_ids(self.doc, uid, gid, self.where)
 
 
@@ -96,6 +110,41 @@ def host_ids(doc: dict[str, object], uid: int, gid: int, where: str) -> tuple[in
             _map(linux.get("gidMappings"), gid, f"{where}: linux.gidMappings"))
 
 
+def live_host_ids(pid: int, uid: int, gid: int) -> tuple[int, int]:
+    """The host uid/gid behind the container's, through the user namespace its init (pid)
+    is in now: the runtime has written its maps before any createRuntime hook runs."""
+    where = f"/proc/{pid}"
+    try:
+        theirs = os.stat(f"{where}/ns/user")
+        mine = os.stat("/proc/self/ns/user")
+    except OSError as e:
+        raise JobnsError(f"read {where}/ns/user (the container's init): {e.strerror}; the "
+                         "state's pid is not a live process (run jobns as a createRuntime "
+                         "hook)") from None
+    if (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino):
+        return uid, gid  # no user namespace of its own: its ids are ours
+    return (_map_live(f"{where}/uid_map", uid, "uid"), _map_live(f"{where}/gid_map", gid, "gid"))
+
+
+def _map_live(path: str, cid: int, what: str) -> int:
+    """Map cid through a /proc/PID/{uid,gid}_map ("inside outside count" lines; read from
+    another user namespace, 'outside' is in the reader's, the host's here)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode()
+    except OSError as e:
+        raise JobnsError(f"read {path} (the container's init): {e.strerror}") from None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and all(x.isdigit() for x in fields):
+            c, h, n = (int(x) for x in fields)
+            if c <= cid < c + n:
+                return h + cid - c
+    raise JobnsError(f"read {path}: the container's {what} {cid} (process.user) is not mapped "
+                     f"to the host; map it (linux.{what}Mappings) or run the container as a "
+                     f"mapped {what}")
+
+
 def _map(mappings: object, cid: int, where: str) -> int:
     for m in mappings if isinstance(mappings, list) else []:
         if not isinstance(m, dict):
@@ -106,7 +155,7 @@ def _map(mappings: object, cid: int, where: str) -> int:
             if c <= cid < c + n:
                 return h + cid - c
     raise JobnsError(f"read {where}: container id {cid} of process.user is not mapped; "
-                     "map it, or name the job user with the org.jobns.user annotation")
+                     "map it to the job user's host id")
 
 
 def _open_dir(path: str) -> int:

@@ -132,17 +132,36 @@ class Pending:
             os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except OSError as e:
             raise JobnsError(f"create hold {self.path}: {e.strerror}") from None
+        from launcher.fork import spawn
+
+        # launcher.fork: the holder keeps only the container's pidfd, the hold's lock and
+        # the trees' share locks; above all not the JobLock the hook holds while it forks.
+        keep = (pidfd, self.fd, *(fd for h in handles for fd in (h.fd, *h.parent_fds)))
+        # Named before the fork, so the holder is "jobns-holder" (what `ps -e` and the
+        # tests look for) from its first instant.
+        mine = _set_comm(b"jobns-holder")
         try:
-            pid = os.fork()
+            child = spawn(lambda: _holder(pidfd, self.fd, self.path, self.state_dir,
+                                          self.job_id, handles), keep=keep)
         except OSError as e:
             os.unlink(self.name, dir_fd=self.dir_fd)
             raise JobnsError(f"start the holder of {self.path}: {e.strerror}") from None
-        if pid == 0:
-            try:
-                _holder(pidfd, self.fd, self.path, self.state_dir, self.job_id, handles)
-            finally:
-                os._exit(0)
+        finally:
+            _set_comm(mine)
+        os.close(child.report_fd)  # detached: it outlives this hook; poststop reads the hold
         self.close()
+
+
+def _set_comm(name: bytes) -> bytes:
+    """Set this process's name (/proc/self/comm); returns the old one."""
+    try:
+        with open("/proc/self/comm", "r+b", buffering=0) as f:
+            old = f.read().rstrip(b"\n")
+            f.seek(0)
+            f.write(name)
+        return old
+    except OSError:
+        return name
 
 
 def live(state_dir: str, job_id: str, cid: str) -> dict[str, str] | None:
@@ -215,20 +234,8 @@ def _holder(pidfd: int, hold_fd: int, path: str, state_dir: str, job_id: str,
     from launcher import fs
 
     os.setsid()  # out of the runtime's session: its terminal's signals are not for us
-    try:
-        fd = os.open("/proc/self/comm", os.O_WRONLY | os.O_CLOEXEC)
-        os.write(fd, b"jobns-holder")  # what `ps -e` shows, rather than "jobns"
-        os.close(fd)
-    except OSError:
-        pass
-    null = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)  # runc waits for EOF on the hook's stdout: never hold it
-    keep = sorted({0, 1, 2, pidfd, hold_fd,
-                   *(fd for h in handles for fd in (h.fd, *h.parent_fds))})
-    # Everything else goes, above all the JobLock the hook holds while it forks us.
-    for lo, hi in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
-        os.closerange(lo + 1, hi)
+    # stdin/out/err are /dev/null already (launcher.fork): runc waits for EOF on the
+    # hook's stdout, so the holder must never hold it.
     os.chdir("/")
     poll = select.poll()
     poll.register(pidfd, select.POLLIN)

@@ -66,8 +66,13 @@ def create(config: Config, st: oci.OciState, cid: str) -> None:
         raise JobnsError(f"createRuntime hook of container {cid}: the OCI state has no pid; "
                          "run jobns as a createRuntime or prestart hook")
     b = bundle_mod.load(st.bundle)
+    who = f"container {cid}"
+    # Who the container runs as on the host (its init's user namespace, live): a job id
+    # or a user name is anybody's to write, so they must agree with it (identity.py).
+    ids = b.process_ids(st.pid)
     # The state's annotations are the runtime's word; config.json's the bundle author's.
-    job, named = identity.job_of({**b.annotations, **st.annotations}, b, cid)
+    job, named = identity.job_of({**b.annotations, **st.annotations}, b, cid, ids=ids)
+    identity.check_named(who, ids[0], job.user, named)
     try:
         pidfd = os.pidfd_open(st.pid)
     except OSError as e:
@@ -84,7 +89,7 @@ def create(config: Config, st: oci.OciState, cid: str) -> None:
                 holds.wait_gone(config.state_dir, job.job_id, cid)
                 held = None
             with state.JobLock(config.state_dir, job.job_id) as lock:
-                _create_locked(config, st, cid, job, named, b, pidfd, ns_fd, lock,
+                _create_locked(config, st, cid, job, named, ids[0], b, pidfd, ns_fd, lock,
                                held is not None)
         finally:
             os.close(ns_fd)
@@ -92,16 +97,18 @@ def create(config: Config, st: oci.OciState, cid: str) -> None:
         os.close(pidfd)
 
 
-def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: bool,
-                   b: Bundle, pidfd: int, ns_fd: int, lock: JobLock, held: bool) -> None:
+def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: str,
+                   container_uid: int, b: Bundle, pidfd: int, ns_fd: int, lock: JobLock,
+                   held: bool) -> None:
     from hook import mounts
     from launcher.plan import build
 
     ns_path = f"/proc/{st.pid}/ns/mnt"
+    who = f"container {cid}"
     record = recorded(config.state_dir, job.job_id)
     if record is not None:
         # Set up by a prolog: its trees, verified, never removed here (the epilog's).
-        plan = recorded_plan(config, job, named, f"container {cid}", record)
+        plan = recorded_plan(config, job, named, who, record, container_uid)
         uid, gid = plan.owner
         handles = acquire_all(plan, uid, gid, create=False, lock=False)
         try:
@@ -111,6 +118,7 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
                 h.close()
         return
     plan = build(config, job)
+    check_trees_owner(who, container_uid, job.job_id, plan)
     uid, gid = plan.owner
     # Share-locked like a `jobns run` task's: a finishing task cannot remove them now.
     adopted = holds.adopted(config.state_dir, job.job_id)
@@ -142,14 +150,15 @@ def recorded(state_dir: str, job_id: str) -> dict[str, object] | None:
     return state.read_record(state_dir, job_id)
 
 
-def recorded_plan(config: Config, job: Job, named: bool, who: str,
-                  record: dict[str, object]) -> Plan:
-    """The plan of a job a prolog set up: its recorded trees and owner. `who` (the
-    container or bundle) is for messages."""
+def recorded_plan(config: Config, job: Job, named: str, who: str,
+                  record: dict[str, object], container_uid: int) -> Plan:
+    """The plan of a job a prolog set up: its recorded trees and owner, who must be the
+    container's (host) user, container_uid. `who` (the container or bundle) is for
+    messages; `named`: what named the job user (checked against the container's user by
+    identity.check_named before)."""
     from hook import identity
     from launcher.job import Job, User
-    from launcher.plan import build
-    from launcher.setup import tree_from_record
+    from launcher.plan import build, tree_from_record
 
     if record["state"] != "running":
         raise JobnsError(f"{who}: job {job.job_id} is {record['state']} on this node "
@@ -158,11 +167,11 @@ def recorded_plan(config: Config, job: Job, named: bool, who: str,
     rec_user = record["user"]
     assert isinstance(rec_user, dict)
     uid, gid = int(rec_user["uid"]), int(rec_user["gid"])
-    if named and job.user.uid != uid:
-        raise JobnsError(f"{who}: job {job.job_id} was set up for uid {uid}, not for "
-                         f"{job.user.name} (uid {job.user.uid}); fix annotation "
-                         f"{identity.USER} (or SLURM_JOB_USER)")
     owner = User(str(rec_user["name"]), uid, gid, (gid,), "/")
+    identity.check_owner(who, container_uid, job.job_id, owner)
+    if named and job.user.uid != uid:  # (implied by the two checks; kept as a guard)
+        raise JobnsError(f"{who}: job {job.job_id} was set up for uid {uid}, not for "
+                         f"{job.user.name} (uid {job.user.uid}); fix {named}")
     rec_job = Job(job.job_id, owner, str(record["hostname"]), str(record["layout"]),
                   bool(record["no_rm_tmpdir"]))
     plan = build(config, rec_job)
@@ -174,6 +183,30 @@ def recorded_plan(config: Config, job: Job, named: bool, who: str,
         raise JobnsError(f"read job state of {job.job_id}: {len(plan.trees)} trees recorded, "
                          "expected 2 (jobns teardown, then setup)")
     return plan
+
+
+def check_trees_owner(who: str, container_uid: int, job_id: str, plan: Plan) -> None:
+    """A standalone job's directories already on this node are its owner's: a container
+    of another user is refused by name here (acquire_tree would refuse the trees too,
+    with a message that names neither the container nor the fix). An lstat walk, only
+    for the message: acquire_tree verifies, fd by fd."""
+    import stat
+
+    from hook import identity
+
+    for tree in plan.trees:
+        path = tree.base.rstrip("/")
+        for part in (*tree.parents, tree.name):
+            path = f"{path}/{part}"
+            try:
+                st = os.lstat(path)
+            except OSError:
+                break
+            if not stat.S_ISDIR(st.st_mode):
+                break
+            if st.st_uid != container_uid:
+                identity.check_owner(who, container_uid, job_id,
+                                     identity.by_ids(st.st_uid, st.st_gid))
 
 
 def acquire_all(plan: Plan, uid: int, gid: int, create: bool, lock: bool,

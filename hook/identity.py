@@ -13,6 +13,14 @@
 `jobns oci-config` flags (--job-id, --user, --use-shared-tmpdir, --no-rm-tmpdir)
 take precedence over all of these. Every value is validated here, before it
 becomes a path component or an owner (root runs this).
+
+Whose directories a container gets (DESIGN.md rule 7): a job id or a user name is
+anybody's to write into an annotation or process.env, so neither proves anything.
+The container's own user does: process.user, mapped to the host through the
+container's user namespace, must be the job's owner (the user a prolog recorded,
+the user who owns the job's directories on this node, and a user named here), or
+the container is refused (check_named, check_owner). Root in a container is no
+exception: only a job owned by root is given to it.
 """
 
 from __future__ import annotations
@@ -51,25 +59,25 @@ def job_id_of(annotations: dict[str, str], env: dict[str, str], container_id: st
                      "the bundle's process.env")
 
 
-def user_of(annotations: dict[str, str], env: dict[str, str], bundle: Bundle,
-            flag: str | None = None) -> tuple[User, bool]:
-    """The job user, and whether it was named (rather than taken from process.user)."""
+def user_of(annotations: dict[str, str], env: dict[str, str], ids: tuple[int, int],
+            flag: str | None = None) -> tuple[User, str]:
+    """The job user, and what named it ("" when it is the container's own: ids, the host
+    uid and gid of process.user)."""
     for value, what in ((flag, "--user"), (annotations.get(USER), f"annotation {USER}"),
                         (env.get("SLURM_JOB_USER"), "SLURM_JOB_USER in process.env"),
                         (env.get("SLURM_JOB_UID"), "SLURM_JOB_UID in process.env")):
         if value:
             try:
-                return lookup_user(value), True
+                return lookup_user(value), what
             except JobnsError:
                 raise JobnsError(f"look up user {value!r} from {what}: no such user on this "
                                  "host; name a user (or uid) known here") from None
-    uid, gid = bundle.process_ids()
-    return _unnamed(uid, gid), False
+    return by_ids(*ids), ""
 
 
-def _unnamed(uid: int, gid: int) -> User:
-    # The container's uid need not exist in the host's passwd: only ids are needed
-    # (jobns does not switch to this user; the runtime does).
+def by_ids(uid: int, gid: int) -> User:
+    """A user by host ids. The container's uid need not exist in the host's passwd: only
+    ids are needed (jobns does not switch to this user; the runtime does)."""
     import pwd
 
     try:
@@ -98,9 +106,11 @@ def no_rm_of(annotations: dict[str, str], flag: bool = False) -> bool:
 
 
 def job_of(annotations: dict[str, str], bundle: Bundle, container_id: str | None,
-           flags: dict[str, str | bool | None] | None = None, pmix: bool = False
-           ) -> tuple[Job, bool]:
-    """(the container's job, whether its user was named); flags are oci-config's options.
+           flags: dict[str, str | bool | None] | None = None, pmix: bool = False,
+           ids: tuple[int, int] | None = None) -> tuple[Job, str]:
+    """(the container's job, what named its user: "" if it is the container's own);
+    flags are oci-config's options. ids: the host uid and gid the container runs as
+    (default: process.user mapped by config.json's linux.uidMappings).
 
     pmix: also derive the PMIx namespace and rank from process.env (only oci-config
     sets the environment; the hook cannot).
@@ -113,8 +123,32 @@ def job_of(annotations: dict[str, str], bundle: Bundle, container_id: str | None
         return None if v is None else str(v)
 
     job_id = job_id_of(annotations, env, container_id, flag("job_id"))
-    user, named = user_of(annotations, env, bundle, flag("user"))
+    user, named = user_of(annotations, env, ids or bundle.process_ids(), flag("user"))
     nspace, rank = pmix_identity(job_id, env) if pmix else ("", "0")
     job = Job(job_id, user, hostname(), layout_of(annotations, flag("use_shared_tmpdir")),
               no_rm_of(annotations, bool(flags.get("no_rm_tmpdir"))), nspace, rank)
     return job, named
+
+
+def _fix(uid: int, gid: int, container_uid: int) -> str:
+    root = " (root in a container is not the job's user)" if container_uid == 0 else ""
+    return (f"jobns gives a job's directories only to containers of the job's user{root}: "
+            f"run the container as uid {uid} (process.user in config.json, podman --user "
+            f"{uid}:{gid})")
+
+
+def check_named(who: str, container_uid: int, user: User, named: str) -> None:
+    """A job user named by an annotation, process.env or --user must be the container's
+    own (host) user: anybody can write a name."""
+    if named and user.uid != container_uid:
+        raise JobnsError(f"{who} runs as uid {container_uid} (process.user, mapped to the "
+                         f"host), but {named} names {user.name} (uid {user.uid}) as the job "
+                         f"user; {_fix(user.uid, user.gid, container_uid)}")
+
+
+def check_owner(who: str, container_uid: int, job_id: str, owner: User) -> None:
+    """The container's (host) user must be the job's owner."""
+    if owner.uid != container_uid:
+        raise JobnsError(f"{who} runs as uid {container_uid} (process.user, mapped to the "
+                         f"host), but job {job_id} belongs to {owner.name} (uid {owner.uid}); "
+                         f"{_fix(owner.uid, owner.gid, container_uid)}")

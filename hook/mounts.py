@@ -15,10 +15,17 @@ Two kernel rules shape the child:
   checked against the (st_dev, st_ino) verified on the host (launcher.fs.reopen);
 - a mount made on /proc/self/fd/N lies on top of N's directory, and N still
   names the directory underneath: the nosuid,nodev remount goes through a fresh
-  O_PATH open of the name, checked to be the bound directory.
+  O_PATH open of the name, checked to be the bound directory. The rootfs is the
+  user's: if the name was swapped meanwhile (renamed away, a link to /etc put in
+  its place), the bind is undone through N (umount2 on /proc/self/fd/N detaches
+  the mount on top of N's directory, wherever it has been moved) and the hook
+  fails.
+- a bind onto a shared mount propagates to every peer of that mount, in other
+  namespaces too (the host's, with rootfsPropagation shared, which Podman sets for
+  an rshared volume), where it would outlive the container: refused.
 
-The child never holds the hook's stdout/stderr (runc waits for their EOF) and
-reports one line through a pipe: "ok" or the error.
+The child (launcher.fork) never holds the hook's stdout/stderr (runc waits for their
+EOF) nor anything else of the hook's, and reports once: nothing, or the error.
 """
 
 from __future__ import annotations
@@ -27,8 +34,16 @@ import os
 
 from hook import rootfs as rootfs_mod
 from launcher import fs, libc
-from launcher.errors import EXIT_JOBNS_FAILED, JobnsError
-from launcher.namespace import _KEEP  # the flags a bind remount must keep
+from launcher.errors import JobnsError
+from launcher.fastimport import signal
+from launcher.fork import spawn
+from launcher.namespace import (
+    _KEEP,  # the flags a bind remount must keep
+    apply_binds,
+)
+from launcher.state import PAUSE_VAR
+
+PAUSE_POINT = "hook-bind"  # test hook: the bind helper stops itself before it binds
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -60,41 +75,20 @@ def apply(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeH
     """Make plan.binds under rootfs inside the namespace; JobnsError if anything failed
     (then mount points the child made are removed again)."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(write_fd, ns_fd, ns_path, rootfs, plan, handles, expected)
-    os.close(write_fd)
-    try:
-        reply = b""
-        while chunk := os.read(read_fd, 65536):
-            reply += chunk
-    finally:
-        os.close(read_fd)
-        _, status = os.waitpid(pid, 0)
-    if reply != b"ok":
-        text = reply.decode(errors="replace") or \
-            f"bind into the container: the helper died (wait status {status:#x})"
-        raise JobnsError(text)
+    # launcher.fork: the child holds only the namespace fd (not the hook's JobLock, not
+    # runc's stdout) and reports once.
+    child = spawn(lambda: _child(ns_fd, ns_path, rootfs, plan, handles, expected),
+                  keep=(ns_fd,))
+    child.finish("bind into the container")
 
 
-def _quiet_stdio() -> None:
-    null = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    if null > 2:
-        os.close(null)
-
-
-def _child(reply_fd: int, ns_fd: int, ns_path: str, rootfs: str, plan: Plan,
-           handles: list[TreeHandle], expected: list[tuple[int, int]]) -> None:
+def _child(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeHandle],
+           expected: list[tuple[int, int]]) -> None:
     # Everything used here is imported already: after setns, imports would read the
     # container's view of the file system.
     made: list[tuple[int, str, str]] = []
     mounted: list[int] = []
     try:
-        _quiet_stdio()
         os.umask(0)  # mount points get exactly rootfs.MODES
         try:
             libc.setns(ns_fd, libc.CLONE_NEWNS, ns_path)
@@ -102,16 +96,27 @@ def _child(reply_fd: int, ns_fd: int, ns_path: str, rootfs: str, plan: Plan,
             raise JobnsError(f"enter the container's mount namespace {ns_path}: "
                              f"{e.strerror}") from None
         root_fd = rootfs_mod.open_root(rootfs)
-        targets = [rootfs_mod.resolve(root_fd, rootfs, b.target, made) for b in plan.binds]
-        sources = [fs.reopen(handles[b.tree], b.child, ident)
-                   for b, ident in zip(plan.binds, expected, strict=True)]
-        for (src_fd, src_path), target, ident in zip(sources, targets, expected, strict=True):
+        targets = {id(b): rootfs_mod.resolve(root_fd, rootfs, b.target, made)
+                   for b in plan.binds}
+        for b, ident in zip(plan.binds, expected, strict=True):
+            target = targets[id(b)]
+            if (os.fstat(target.fd).st_dev, os.fstat(target.fd).st_ino) != ident:
+                not_shared(target)  # all checked before the first bind
+        paused = [os.environ.get(PAUSE_VAR) != PAUSE_POINT]
+
+        def bind_one(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]
+                     ) -> None:
             st = os.fstat(target.fd)
             if (st.st_dev, st.st_ino) == ident:
-                continue  # already there: the runtime bound it (jobns oci-config) or we did
+                return  # already there: the runtime bound it (jobns oci-config) or we did
+            if not paused[0]:
+                paused[0] = True
+                os.kill(os.getpid(), signal.SIGSTOP)
             mounted.append(bind(src_fd, src_path, target, ident))
-        os.write(reply_fd, b"ok")
-        os._exit(0)
+
+        # The one executor of a plan's binds (launcher.namespace), placing each target
+        # under the container's rootfs.
+        apply_binds(plan, handles, expected, lambda b: targets[id(b)], bind_one)
     except BaseException as e:
         msg = str(e) if isinstance(e, JobnsError) else f"bind into the container: {e}"
         for fd in reversed(mounted):
@@ -122,22 +127,60 @@ def _child(reply_fd: int, ns_fd: int, ns_path: str, rootfs: str, plan: Plan,
         errors = rootfs_mod.remove_made(made)
         if errors:
             msg += f" (and could not undo: {'; '.join(errors)})"
-        try:
-            os.write(reply_fd, msg.encode(errors="replace"))
-        finally:
-            os._exit(EXIT_JOBNS_FAILED)
+        raise JobnsError(msg) from None
+
+
+def _mount_id(fd: int) -> str:
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        for line in f:
+            if line.startswith("mnt_id:"):
+                return line.split()[1]
+    raise JobnsError("read /proc/self/fdinfo: no mnt_id (Linux 3.15 or later needed)")
+
+
+def not_shared(target: Target) -> None:
+    """Refuse a mount point on a shared mount: the bind would propagate to its peers, in
+    other mount namespaces too, and stay there after the container."""
+    mnt_id = _mount_id(target.fd)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split(" - ", 1)[0].split()
+            if fields and fields[0] == mnt_id:
+                group = [x for x in fields[6:] if x.startswith("shared:")]
+                if group:
+                    raise JobnsError(
+                        f"bind into the container: {target.path} is on a shared mount "
+                        f"(peer group {group[0][7:]}), so the bind would also appear in the "
+                        "other mount namespaces of that group (the host's) and outlive the "
+                        "container; give the container private or slave root propagation "
+                        "(linux.rootfsPropagation; Podman makes it shared for an rshared "
+                        "volume)")
+                return
+
+
+def _detach(path: str) -> None:
+    try:
+        libc.umount2(path, libc.MNT_DETACH)
+    except OSError:
+        pass
 
 
 def bind(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> int:
     """Bind src over target, then make it nosuid,nodev; returns an O_PATH fd of the new
-    mount (for undoing it)."""
+    mount (for undoing it). On failure the bind is undone through target.fd, the very
+    directory it was made on, whatever its name is by now."""
     try:
         libc.mount(f"/proc/self/fd/{src_fd}", f"/proc/self/fd/{target.fd}", None, libc.MS_BIND)
-        top = os.open(target.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      dir_fd=target.parent_fd)
     except OSError as e:
         raise JobnsError(f"bind {src_path} over {target.path}: {e.strerror}") from None
+    top = -1
     try:
+        try:
+            top = os.open(target.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=target.parent_fd)
+        except OSError as e:
+            raise JobnsError(f"bind {src_path} over {target.path}: {e.strerror} (the mount "
+                             "point was removed while binding?); refusing") from None
         st = os.fstat(top)
         if (st.st_dev, st.st_ino) != ident:
             raise JobnsError(f"bind {src_path} over {target.path}: the mount point was "
@@ -147,15 +190,13 @@ def bind(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> 
         for st_bit, ms_bit in _KEEP:
             if vfs.f_flag & st_bit:
                 flags |= ms_bit
-        libc.mount(None, f"/proc/self/fd/{top}", None, flags)
-    except OSError as e:
         try:
-            libc.umount2(f"/proc/self/fd/{top}", libc.MNT_DETACH)
-        except OSError:
-            pass
-        os.close(top)
-        raise JobnsError(f"make {target.path} nosuid,nodev: {e.strerror}") from None
+            libc.mount(None, f"/proc/self/fd/{top}", None, flags)
+        except OSError as e:
+            raise JobnsError(f"make {target.path} nosuid,nodev: {e.strerror}") from None
     except BaseException:
-        os.close(top)
+        _detach(f"/proc/self/fd/{target.fd}")
+        if top >= 0:
+            os.close(top)
         raise
     return top

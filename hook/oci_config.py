@@ -15,6 +15,13 @@ wrapper): config.json gets
   rootless runtime.
 The directories are made now (a runtime's bind mount needs its source), owned by
 the job user. The rewrite is atomic and idempotent.
+
+Refused before anything is made, written or printed (DESIGN.md rule 7): a bundle
+whose process user (process.user through linux.uidMappings) is not the job's owner
+(the prolog's recorded user, the owner of the job's directories here, a user named
+by --user, org.jobns.user or SLURM_JOB_USER/UID), and a rootfs with a symbolic link
+(or a non-directory) at or on the way to /tmp, /var/tmp or /dev/shm, or reached
+through a user's link (hook/rootfs.py check).
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ import os
 import sys
 
 from hook import bundle as bundle_mod
-from hook import holds, identity
-from hook.hook import acquire_all, drop, recorded, recorded_plan
+from hook import holds, identity, rootfs
+from hook.hook import acquire_all, check_trees_owner, drop, recorded, recorded_plan
 from launcher import config as config_mod
 from launcher.environment import job_environment
 from launcher.errors import JobnsError
@@ -48,13 +55,23 @@ def main(opts: Options, command: list[str]) -> int:
     environ = dict(os.environ)
     config_flag = str(opts["config"]) if opts.get("config") else None
     config = config_mod.load(config_flag, environ)
-    job, named = identity.job_of(b.annotations, b, None, opts, pmix=True)
+    who = f"bundle {path}"
+    # The host user the bundle's process runs as (config.json's maps: no process yet).
+    ids = b.process_ids()
+    job, named = identity.job_of(b.annotations, b, None, opts, pmix=True, ids=ids)
     if os.geteuid() != 0 and job.user.uid != os.geteuid():
         raise JobnsError(f"jobns oci-config: the job user is {job.user.name} (uid "
                          f"{job.user.uid}); only root may prepare a bundle for another user")
+    identity.check_named(who, ids[0], job.user, named)
     record = recorded(config.state_dir, job.job_id)
-    plan = recorded_plan(config, job, named, f"bundle {path}", record) if record else \
-        build(config, job)
+    if record:
+        plan = recorded_plan(config, job, named, who, record, ids[0])
+    else:
+        plan = build(config, job)
+        check_trees_owner(who, ids[0], job.job_id, plan)
+    # Before anything is made or written: the runtime mounts the job's directories at
+    # these targets, so none may have a link (or a non-directory) on its way.
+    rootfs.check(b.rootfs, [bind.target for bind in plan.binds])
     hooks = None if record else hook_entries(jobns_program(), config_file(config_flag, environ))
     new = rewrite(b.doc, binds_of(plan), job_environment(config, job), annotations_of(job, named),
                   hooks)
@@ -82,7 +99,7 @@ def binds_of(plan: Plan) -> list[tuple[str, str]]:
             for b in plan.binds]
 
 
-def annotations_of(job: Job, named: bool) -> dict[str, str]:
+def annotations_of(job: Job, named: str) -> dict[str, str]:
     out = {identity.JOB_ID: job.job_id}
     if named:
         out[identity.USER] = job.user.name

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import JOBNS, REPO, Sandbox, require
+from tests.conftest import JOBNS, REPO, OsUser, Sandbox, require
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 
@@ -76,8 +76,10 @@ class Rig:
         return ["jobns", "hook", "--config", str(self.box.config), stage]
 
     def bundle(self, name: str, script: str, annotations: dict[str, str],
-               hooks: dict[str, list[dict[str, Any]]] | None = None) -> Path:
-        """A bundle made the documented way: `runc spec`, then edited."""
+               hooks: dict[str, list[dict[str, Any]]] | None = None,
+               user: tuple[int, int] = (0, 0)) -> Path:
+        """A bundle made the documented way: `runc spec`, then edited. user: the (uid, gid)
+        it runs as (a job's directories go only to containers of the job's user)."""
         b = self.box.root / f"bundle-{name}"
         b.mkdir()
         shutil.copytree(self.image, b / "rootfs", symlinks=True)
@@ -85,6 +87,7 @@ class Rig:
         doc = json.loads((b / "config.json").read_text())
         doc["process"]["terminal"] = False
         doc["process"]["args"] = ["sh", "-c", script]
+        doc["process"]["user"] = {"uid": user[0], "gid": user[1]}
         # crun shows a hook's output only in this file (runc: in its own error message).
         doc["annotations"] = {"run.oci.hooks.stderr": str(self.hooks_err), **annotations}
         doc["hooks"] = hooks if hooks is not None else {
@@ -306,6 +309,36 @@ def test_malformed_state_or_missing_bundle_aborts_the_container(rig: Rig, edit: 
     assert rig.clean()
 
 
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_prolog_job_goes_only_to_its_users_container(rig: Rig, runtime: str,
+                                                    users: list[OsUser]) -> None:
+    """A job set up by a prolog for alice: her container gets its directories; bob's, or a
+    root container, with her job id is aborted (DESIGN.md rule 7)."""
+    need(runtime)
+    alice, bob = users
+    job = rig.job(10)
+    r = rig.box.run(["setup", "--job-id", job, "--user", alice.name])
+    assert r.returncode == 0, r.stderr
+    tree = rig.box.local / f"job-{job}"
+    try:
+        b = rig.bundle("mine", "id -u; echo hers > /tmp/f; ls -A /dev/shm /var/tmp",
+                       {"org.jobns.job-id": job}, user=(alice.uid, alice.gid))
+        ok = rig.run(runtime, b, "mine")
+        assert (ok.returncode, ok.stdout.split()) == \
+            (0, [str(alice.uid), "/dev/shm:", "/var/tmp:"]), ok.stderr
+        assert (tree / "tmp" / "f").read_text() == "hers\n"
+        for name, (uid, gid) in (("bobs", (bob.uid, bob.gid)), ("roots", (0, 0))):
+            b = rig.bundle(name, "echo ran; cat /tmp/f", {"org.jobns.job-id": job},
+                           user=(uid, gid))
+            aborted(rig.run(runtime, b, name),
+                    f"container {name} runs as uid {uid} (process.user, mapped to the host), "
+                    f"but job {job} belongs to {alice.name} (uid {alice.uid})", rig)
+        assert sorted(os.listdir(tree / "tmp")) == ["f"]
+    finally:
+        assert rig.box.run(["teardown", "--job-id", job]).returncode == 0
+    assert rig.clean(), (rig.box.leftovers(), rig.holds_left())
+
+
 # --- Podman --------------------------------------------------------------------------
 
 
@@ -340,6 +373,36 @@ def test_podman_hooks_d_shares_within_a_job_and_cleans_up(rig: Rig) -> None:
         if a.poll() is None:
             a.kill()
             a.wait()
+    wait_clean(rig)
+
+
+def test_podman_user_must_be_the_jobs(rig: Rig, users: list[OsUser]) -> None:
+    """podman --user of the job's user gets her prolog job's directories; another user's
+    or root's container with her job id is aborted."""
+    need("podman")
+    need("runc")
+    alice, bob = users
+    job = rig.job(11)
+    assert rig.box.run(["setup", "--job-id", job, "--user", alice.name]).returncode == 0
+    rootfs = rig.rootfs_copy("pu")
+    try:
+        r = subprocess.run(rig.podman(f"jobns-{rig.tag}-u", job, "id -u; echo hers > /tmp/f",
+                                      rootfs, ("--user", f"{alice.uid}:{alice.gid}")),
+                           capture_output=True, text=True, timeout=120, cwd="/",
+                           stdin=subprocess.DEVNULL)
+        assert (r.returncode, r.stdout) == (0, f"{alice.uid}\n"), r.stderr
+        tree = rig.box.local / f"job-{job}" / "tmp"
+        assert (tree / "f").read_text() == "hers\n"
+        for name, extra in (("bob", ("--user", f"{bob.uid}:{bob.gid}")), ("root", ())):
+            r = subprocess.run(rig.podman(f"jobns-{rig.tag}-{name}", job, "echo ran", rootfs,
+                                          extra), capture_output=True, text=True, timeout=120,
+                               cwd="/", stdin=subprocess.DEVNULL)
+            uid = bob.uid if name == "bob" else 0
+            aborted(r, f"runs as uid {uid} (process.user, mapped to the host), but job {job} "
+                       f"belongs to {alice.name} (uid {alice.uid})")
+        assert sorted(os.listdir(tree)) == ["f"]
+    finally:
+        assert rig.box.run(["teardown", "--job-id", job]).returncode == 0
     wait_clean(rig)
 
 

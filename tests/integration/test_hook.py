@@ -337,15 +337,112 @@ def test_prolog_job_is_reused_and_left_to_the_epilog(box: Sandbox,
     assert box.leftovers() == []
 
 
+def as_user(user: Any, env: tuple[str, ...] = ()) -> dict[str, Any]:
+    """config.json's process for a container that runs as user (DESIGN.md rule 7: a job's
+    directories go only to containers of the job's user)."""
+    return {"args": ["sh"], "env": ["PATH=/bin", *env], "user": {"uid": user.uid,
+                                                                 "gid": user.gid}}
+
+
+def test_prolog_job_of_a_user_is_given_to_her_container(box: Sandbox,
+                                                        containers: list[Container],
+                                                        users: list[Any]) -> None:
+    alice = users[0]
+    assert box.run(["setup", "--job-id", "PU1", "--user", alice.name]).returncode == 0
+    # Named or not, by annotation or by Slurm's variables: she is the container's user.
+    for cid, ann, env in (("pu1", {}, ()), ("pu2", {"org.jobns.user": alice.name}, ()),
+                          ("pu3", {}, (f"SLURM_JOB_UID={alice.uid}",))):
+        c = new(box, containers, cid, annotations={"org.jobns.job-id": "PU1", **ann},
+                process=as_user(alice, env))
+        c.start()
+        r = c.hook()
+        assert (r.returncode, r.stderr) == (0, ""), cid
+        assert same(c.inside("tmp"), os.stat(box.local / "job-PU1" / "tmp"))
+        assert c.finish().returncode == 0
+    assert holds_left(box) == []
+    assert box.run(["teardown", "--job-id", "PU1"]).returncode == 0
+    assert box.leftovers() == []
+
+
 def test_prolog_job_of_another_user_is_refused(box: Sandbox, containers: list[Container],
                                                users: list[Any]) -> None:
+    """bob's container naming himself is still not alice's (tests/security has the rest)."""
     alice, bob = users
     assert box.run(["setup", "--job-id", "P2", "--user", alice.name]).returncode == 0
     c = new(box, containers, "p2", annotations={"org.jobns.job-id": "P2",
-                                                "org.jobns.user": bob.name})
+                                                "org.jobns.user": bob.name},
+            process=as_user(bob))
     c.start()
-    one_line_error(c.hook(), f"job P2 was set up for uid {alice.uid}, not for {bob.name}")
+    mounts_before = host_mounts(box)
+    one_line_error(c.hook(), f"container p2 runs as uid {bob.uid} (process.user, mapped to "
+                             f"the host), but job P2 belongs to {alice.name} (uid {alice.uid})")
+    assert host_mounts(box) == mounts_before and holds_left(box) == []
+    assert not same(c.inside("tmp"), os.stat(box.local / "job-P2" / "tmp"))
     assert box.run(["teardown", "--job-id", "P2"]).returncode == 0
+
+
+def test_root_container_may_use_only_roots_job(box: Sandbox, containers: list[Container],
+                                              users: list[Any]) -> None:
+    """A job owned by root goes to a root container; a user's job does not, named or not."""
+    alice = users[0]
+    assert box.run(["setup", "--job-id", "RT1"]).returncode == 0
+    c = new(box, containers, "rt1", annotations={"org.jobns.job-id": "RT1"})
+    c.start()
+    assert c.hook().returncode == 0
+    assert same(c.inside("tmp"), os.stat(box.local / "job-RT1" / "tmp"))
+    assert c.finish().returncode == 0
+    assert box.run(["teardown", "--job-id", "RT1"]).returncode == 0
+    c = new(box, containers, "rt2", annotations={"org.jobns.job-id": "RT2",
+                                                 "org.jobns.user": alice.name})
+    c.start()
+    one_line_error(c.hook(), "container rt2 runs as uid 0 (process.user, mapped to the host), "
+                             f"but annotation org.jobns.user names {alice.name}")
+    assert box.leftovers() == [] and holds_left(box) == [] and lock_files(box) == []
+
+
+class UsernsContainer(Container):
+    """A container with a user namespace of its own, whose uid/gid 0 is `host` on the host
+    (written into the live init's uid_map/gid_map, as a runtime does)."""
+
+    host: tuple[int, int] = (0, 0)
+
+    def start(self) -> int:
+        mine = os.stat("/proc/self/ns/mnt").st_ino
+        self.proc = subprocess.Popen(["unshare", "--user", "--mount", "--propagation", "slave",
+                                      "sleep", "300"])
+        deadline = time.monotonic() + 10
+        while os.stat(f"/proc/{self.proc.pid}/ns/mnt").st_ino == mine:
+            assert time.monotonic() < deadline, "unshare did not enter a mount namespace"
+            time.sleep(0.005)
+        for name, host in (("uid_map", self.host[0]), ("gid_map", self.host[1])):
+            Path(f"/proc/{self.proc.pid}/{name}").write_text(f"0 {host} 1\n")
+        return self.proc.pid
+
+
+def test_container_user_is_mapped_through_its_live_user_namespace(
+        box: Sandbox, containers: list[Container], users: list[Any]) -> None:
+    """process.user uid 0 in a user namespace whose 0 is alice on the host: her container.
+    The live init's maps count, not config.json's (which here claims nothing)."""
+    alice = users[0]
+    assert box.run(["setup", "--job-id", "UN1", "--user", alice.name]).returncode == 0
+    c = UsernsContainer(box, "un1", annotations={"org.jobns.job-id": "UN1"})
+    c.host = (alice.uid, alice.gid)
+    containers.append(c)
+    c.start()
+    r = c.hook()
+    assert (r.returncode, r.stderr) == (0, "")
+    assert same(c.inside("tmp"), os.stat(box.local / "job-UN1" / "tmp"))
+    assert c.finish().returncode == 0
+    assert box.run(["teardown", "--job-id", "UN1"]).returncode == 0
+    # A standalone job of a container whose root is alice: hers, made for her.
+    c = UsernsContainer(box, "un2", annotations={"org.jobns.job-id": "UN2"})
+    c.host = (alice.uid, alice.gid)
+    containers.append(c)
+    c.start()
+    assert c.hook().returncode == 0
+    assert (box.local / "job-UN2").stat().st_uid == alice.uid
+    assert c.finish().returncode == 0
+    assert box.leftovers() == [] and holds_left(box) == []
 
 
 def test_killed_holder_poststop_finishes_the_work(box: Sandbox,
@@ -446,13 +543,14 @@ def test_missing_bundle(box: Sandbox, containers: list[Container]) -> None:
     ("var", "/etc", "refuse {rootfs}/var: it is a symbolic link (to '/etc')"),
     ("var/tmp", "../etc", "refuse {rootfs}/var/tmp: it is a symbolic link (to '../etc')"),
     ("dev/shm", "/etc", "refuse {rootfs}/dev/shm: it is a symbolic link (to '/etc')"),
+    ("dev", "/etc", "refuse {rootfs}/dev: it is a symbolic link (to '/etc')"),
 ])
 def test_symlinked_mount_point_is_refused(box: Sandbox, containers: list[Container], link: str,
                                           target: str, needle: str) -> None:
     c = new(box, containers, "sl", annotations={"org.jobns.job-id": "SL"},
             dirs=("etc", "dev/shm", "var/tmp", "tmp"))
-    if link == "var":
-        (c.rootfs / "var").rename(c.rootfs / "var.real")
+    if link in ("var", "dev"):
+        (c.rootfs / link).rename(c.rootfs / f"{link}.real")
     else:
         (c.rootfs / link).rmdir()
     os.symlink(target, c.rootfs / link)
@@ -468,6 +566,23 @@ def test_symlinked_mount_point_is_refused(box: Sandbox, containers: list[Contain
     assert (c.rootfs / "etc" / "marker").read_text() == "image"
     assert c.proc is not None
     assert sorted(os.listdir(f"/proc/{c.proc.pid}/root/etc")) == etc_before
+
+
+def test_rootfs_through_roots_link_is_followed(box: Sandbox,
+                                              containers: list[Container]) -> None:
+    """A site's link (root's, say /home -> /data/home) on the way to the rootfs is
+    followed; only a user's is refused (tests/security)."""
+    c = new(box, containers, "rl", annotations={"org.jobns.job-id": "RL"})
+    c.rootfs.rename(c.bundle / "image")
+    os.symlink("image", c.rootfs)  # relative, like the kernel resolves it
+    c.start()
+    r = c.hook()
+    assert (r.returncode, r.stderr) == (0, "")
+    assert c.proc is not None
+    assert same(os.stat(f"/proc/{c.proc.pid}/root{c.bundle}/image/tmp"),
+                os.stat(box.local / "job-RL" / "tmp"))
+    assert c.finish().returncode == 0
+    assert box.leftovers() == []
 
 
 def test_mount_points_made_are_removed_on_failure(box: Sandbox,

@@ -110,7 +110,7 @@ def test_annotations_select_layout_options_and_user() -> None:
     job, named = job_of({"org.jobns.job-id": "9", SHARED: "per-node", NO_RM: "true",
                          USER: "root"}, make({}), "c1")
     assert (job.job_id, job.layout, job.no_rm, job.user.uid, named) == \
-        ("9", "per-node", True, 0, True)
+        ("9", "per-node", True, 0, f"annotation {USER}")
     job, _ = job_of({SHARED: ""}, make({}), "c1")
     assert job.layout == "shared" and not job.no_rm and job.job_id == "c1"
 
@@ -118,10 +118,10 @@ def test_annotations_select_layout_options_and_user() -> None:
 def test_user_from_slurm_env_else_process_user() -> None:
     job, named = job_of({}, make({"process": {"env": ["SLURM_JOB_UID=0", "SLURM_JOB_ID=44"]}}),
                         "c1")
-    assert (job.job_id, job.user.uid, named) == ("44", 0, True)
+    assert (job.job_id, job.user.uid, named) == ("44", 0, "SLURM_JOB_UID in process.env")
     job, named = job_of({}, make({"process": {"user": {"uid": 4242, "gid": 4343}}}), "c1")
     # A uid unknown to the host's passwd is still a valid owner.
-    assert (job.user.uid, job.user.gid, named) == (4242, 4343, False)
+    assert (job.user.uid, job.user.gid, named) == (4242, 4343, "")
 
 
 def test_flags_win_over_annotations() -> None:
@@ -131,4 +131,4 @@ def test_flags_win_over_annotations() -> None:
     job, named = job_of({"org.jobns.job-id": "A", SHARED: "shared"}, make({}), None, flags,
                         pmix=True)
     assert (job.job_id, job.layout, job.no_rm, named, job.nspace) == \
-        ("F", "per-node", True, True, "jobns.F")
+        ("F", "per-node", True, "--user", "jobns.F")
