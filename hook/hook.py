@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from hook.bundle import Bundle
     from launcher.config import Config
     from launcher.fs import TreeHandle
+    from launcher.inputs import Options
     from launcher.job import Job
     from launcher.plan import Plan
-    from launcher.run import Options
     from launcher.state import JobLock
 
 

@@ -39,9 +39,9 @@ from launcher.plan import build
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
+    from launcher.inputs import Options
     from launcher.job import Job
     from launcher.plan import Plan
-    from launcher.run import Options
 
 MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
 

@@ -142,6 +142,7 @@ def check(doc: dict[str, object], source: str) -> None:
     problem = first_error(doc, SCHEMAS["config.schema.json"])
     if problem is not None:
         raise JobnsError(f"read config {source}: {problem} (see README 'Configuration')")
+    _check_text(doc, source, "")
     for key in ("local_base", "shm_base", "shared_base", "state_dir"):
         value = doc.get(key)
         if isinstance(value, str) and value and not _is_clean_abspath(value):
@@ -153,6 +154,26 @@ def check(doc: dict[str, object], source: str) -> None:
         raise JobnsError(f"read config {source}: [arc] shared_filesystem = false needs "
                          "scratchdir: jobs cannot find their files otherwise (seed 001)")
     _check_staging(doc, source)
+
+
+def _check_text(value: object, source: str, where: str) -> None:
+    """No string may hold a NUL (the kernel and execve cut a path, an argument or a
+    variable there) or a lone surrogate (it cannot be encoded for them at all)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(v, source, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_text(v, source, f"{where}[{i}]")
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8", "surrogateescape")
+            bad = "\0" in value
+        except UnicodeEncodeError:
+            bad = True
+        if bad:
+            raise JobnsError(f"read config {source}: {where} = {value!r}: a NUL or a lone "
+                             "surrogate cannot be part of a path, a command or a variable")
 
 
 def _check_staging(doc: dict[str, object], source: str) -> None:
@@ -204,7 +225,9 @@ def _check_staging(doc: dict[str, object], source: str) -> None:
 
 
 def _is_clean_abspath(p: str) -> bool:
-    return p == "/" or (p.startswith("/") and os.path.normpath(p) == p and "\n" not in p)
+    # No control character at all: these paths end up in messages, mounts and records.
+    return p == "/" or (p.startswith("/") and os.path.normpath(p) == p
+                        and not any(c < " " or c == "\x7f" for c in p))
 
 
 def load(flag: str | None = None, environ: dict[str, str] | None = None) -> Config:

@@ -8,8 +8,7 @@ import sys
 from launcher import config as config_mod
 from launcher import namespace
 from launcher.errors import JobnsError
-from launcher.inputs import Options as Options  # re-exported for hook/ until it imports inputs
-from launcher.inputs import config_from_run_env, job_from, kill_wait_from, net_from
+from launcher.inputs import Options, config_from_run_env, job_from, kill_wait_from, net_from
 from launcher.job import Job, switch_user
 from launcher.supervise import Supervisor, arm_child_death_signal, warn
 

@@ -22,7 +22,6 @@ from launcher.inputs import Options, kill_wait_from
 from launcher.job import Job, hostname, job_id_from, layout_from, user_from
 from launcher.lifecycle import apply_directives, gather_directives, require_root
 from launcher.plan import build
-from launcher.plan import tree_from_record as tree_from_record  # TODO(hook): import from plan
 
 if TYPE_CHECKING:
     from launcher.staging import Staging

@@ -52,6 +52,13 @@ def _where(path: str) -> str:
     return path or "(top level)"
 
 
+def _key(key: object) -> str:
+    """A document's key as a path element: as is when plain, else quoted (a key is the
+    document author's text and may hold a line break or a terminal escape)."""
+    k = str(key)
+    return k if k and k.isprintable() and not any(c in k for c in " .[]'\"") else repr(k)
+
+
 def _resolve(root: dict[str, object], ref: str) -> dict[str, object]:
     if not ref.startswith("#/"):
         raise ValueError(f"unsupported $ref {ref!r}")
@@ -130,7 +137,7 @@ def iter_errors(doc: object, schema: dict[str, object], root: dict[str, object] 
                 yield f"{_where(path)}: missing required key {key!r}"
         extra = schema.get("additionalProperties", True)
         for key, value in doc.items():
-            sub = f"{path}.{key}" if path else str(key)
+            sub = f"{path}.{_key(key)}" if path else _key(key)
             if key in props:
                 yield from iter_errors(value, props[key], root, sub)
             elif extra is False:
