@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from launcher.inputs import Options
     from launcher.job import Job
     from launcher.plan import Plan
+    from launcher.record import Record
     from launcher.state import JobLock
 
 
@@ -141,44 +142,37 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
         h.close()  # the holder has its own copies (and with them the share locks)
 
 
-def recorded(state_dir: str, job_id: str) -> dict[str, object] | None:
-    """The prolog's record of the job, if any (a stat first: read_record imports json)."""
+def recorded(state_dir: str, job_id: str) -> Record | None:
+    """The prolog's record of the job, if any (a stat first: a record costs json)."""
+    from launcher import record as records
     from launcher import state
 
     if not os.path.exists(f"{state.job_dir(state_dir, job_id)}/{state.STATE}"):
         return None
-    return state.read_record(state_dir, job_id)
+    return records.load(state_dir, job_id)
 
 
-def recorded_plan(config: Config, job: Job, named: str, who: str,
-                  record: dict[str, object], container_uid: int) -> Plan:
+def recorded_plan(config: Config, job: Job, named: str, who: str, record: Record,
+                  container_uid: int) -> Plan:
     """The plan of a job a prolog set up: its recorded trees and owner, who must be the
     container's (host) user, container_uid. `who` (the container or bundle) is for
     messages; `named`: what named the job user (checked against the container's user by
     identity.check_named before)."""
     from hook import identity
-    from launcher.job import Job, User
-    from launcher.plan import build, tree_from_record
+    from launcher.job import User
+    from launcher.record import job_of, plan_of
 
-    if record["state"] != "running":
-        raise JobnsError(f"{who}: job {job.job_id} is {record['state']} on this node "
+    if record.state != "running":
+        raise JobnsError(f"{who}: job {job.job_id} is {record.state} on this node "
                          "(its prolog did not finish, or its epilog runs); wait, or clean it "
                          f"up with jobns teardown --job-id {job.job_id}")
-    rec_user = record["user"]
-    assert isinstance(rec_user, dict)
-    uid, gid = int(rec_user["uid"]), int(rec_user["gid"])
-    owner = User(str(rec_user["name"]), uid, gid, (gid,), "/")
+    owner = User(record.user_name, record.uid, record.gid, (record.gid,), "/")
     identity.check_owner(who, container_uid, job.job_id, owner)
-    if named and job.user.uid != uid:  # (implied by the two checks; kept as a guard)
-        raise JobnsError(f"{who}: job {job.job_id} was set up for uid {uid}, not for "
+    if named and job.user.uid != record.uid:  # (implied by the two checks; kept as a guard)
+        raise JobnsError(f"{who}: job {job.job_id} was set up for uid {record.uid}, not for "
                          f"{job.user.name} (uid {job.user.uid}); fix {named}")
-    rec_job = Job(job.job_id, owner, str(record["hostname"]), str(record["layout"]),
-                  bool(record["no_rm_tmpdir"]))
-    plan = build(config, rec_job)
-    trees = record["trees"]
-    assert isinstance(trees, list)
     # The record is the truth about where the trees are, even if the config changed since.
-    plan.trees = [tree_from_record(t) for t in trees]
+    plan = plan_of(config, record, job_of(record, owner))
     if len(plan.trees) != 2:
         raise JobnsError(f"read job state of {job.job_id}: {len(plan.trees)} trees recorded, "
                          "expected 2 (jobns teardown, then setup)")

@@ -49,6 +49,18 @@ def switch_user(user: User) -> None:
     os.setuid(user.uid)
 
 
+def user_ids(uid: int, gid: int) -> tuple[int, int, list[int]]:
+    """The job user's uid, gid and groups (their current groups from NSS, if any)."""
+    import pwd
+
+    try:
+        name = pwd.getpwuid(uid).pw_name
+        groups = sorted(set(os.getgrouplist(name, gid)))
+    except KeyError:
+        groups = [gid]
+    return uid, gid, groups
+
+
 def lookup_user(spec: str) -> User:
     """A user by name or numeric uid, with its supplementary groups."""
     import pwd

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 from launcher import state as state_mod
-from launcher import transfer
 from launcher.errors import JobnsError
 from launcher.plan import TMP_TARGETS, build, tree_from_record, tree_record
 
@@ -219,11 +218,11 @@ def user_of(record: Record) -> User:
         return User(record.user_name, record.uid, record.gid, (record.gid,), "/")
 
 
-def job_of(record: Record) -> Job:
-    """The job a record describes."""
+def job_of(record: Record, user: User | None = None) -> Job:
+    """The job a record describes (its user looked up again, unless given)."""
     from launcher.job import Job
 
-    return Job(record.job_id, user_of(record), record.hostname, record.layout,
+    return Job(record.job_id, user or user_of(record), record.hostname, record.layout,
                record.no_rm_tmpdir)
 
 
@@ -247,7 +246,9 @@ def host_dirs(record: Record) -> dict[str, str]:
 
 
 def user_ids(record: Record) -> tuple[int, int, list[int]]:
-    return transfer.user_ids(record.uid, record.gid)
+    from launcher.job import user_ids as ids
+
+    return ids(record.uid, record.gid)
 
 
 def run_env_values(record: Record, config: Config) -> dict[str, str]:

@@ -8,12 +8,12 @@ import shlex
 import time
 
 from launcher import config as config_mod
+from launcher import record as records
 from launcher import state
 from launcher.environment import job_environment
 from launcher.errors import JobnsError
 from launcher.inputs import Options, config_from_run_env, job_from
 from launcher.job import Job, hostname, job_id_from, lookup_user, pmix_identity
-from launcher.plan import tree_from_record
 
 
 def env_main(opts: Options, _command: list[str]) -> int:
@@ -65,15 +65,14 @@ def collect(state_dir: str) -> list[dict[str, object]]:
     jobs: list[dict[str, object]] = []
     for job_id in state.list_jobs(state_dir):
         try:
-            rec = state.read_record(state_dir, job_id)
+            record = records.load(state_dir, job_id)
         except JobnsError as e:
             jobs.append({"job_id": job_id, "state": "unreadable", "error": str(e)})
             continue
-        if rec is None:
+        if record is None:
             continue
-        trees = rec["trees"]
-        assert isinstance(trees, list)
-        paths = [tree_from_record(t).path for t in trees]
+        rec = record.to_dict()
+        paths = [t.tree.path for t in record.trees]
         sizes = [tree_bytes(p) for p in paths]
         rec["paths"] = paths
         rec["bytes"] = None if None in sizes else sum(s or 0 for s in sizes)

@@ -693,18 +693,6 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
                            f"(status {status:#x})"], "warnings": []}
 
 
-def user_ids(uid: int, gid: int) -> tuple[int, int, list[int]]:
-    """The job user's uid, gid and groups (their current groups from NSS, if any)."""
-    import pwd
-
-    try:
-        name = pwd.getpwuid(uid).pw_name
-        groups = sorted(set(os.getgrouplist(name, gid)))
-    except KeyError:
-        groups = [gid]
-    return uid, gid, groups
-
-
 def errors_of(result: Result) -> list[str]:
     errors = result.get("errors")
     return [str(e) for e in errors] if isinstance(errors, list) else []

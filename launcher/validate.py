@@ -42,6 +42,10 @@ def _type_ok(value: object, name: str) -> bool:
     # bool is an int subclass in Python but not an integer in JSON Schema.
     if isinstance(value, bool) and name in ("integer", "number"):
         return False
+    # JSON has no NaN or Infinity, but TOML has (kill_wait = nan): not numbers here, or
+    # nan would slip past every minimum/maximum (all comparisons with it are false).
+    if isinstance(value, float) and name in ("integer", "number") and value - value != 0.0:
+        return False
     # ...and 1.0 is one (JSON Schema 2020-12: an integer is a number without a fraction).
     if name == "integer" and isinstance(value, float):
         return value.is_integer()
@@ -93,7 +97,9 @@ def iter_errors(doc: object, schema: dict[str, object], root: dict[str, object] 
     if t is not None:
         names = [t] if isinstance(t, str) else [str(x) for x in t] if isinstance(t, list) else []
         if not any(_type_ok(doc, n) for n in names):
-            yield f"{_where(path)}: must be of type {' or '.join(names)}"
+            finite = "" if not isinstance(doc, float) or doc - doc == 0.0 else \
+                f" ({doc} is not a number in JSON)"
+            yield f"{_where(path)}: must be of type {' or '.join(names)}{finite}"
             return
     if "enum" in schema and doc not in schema["enum"]:  # type: ignore[operator]
         yield f"{_where(path)}: must be one of {schema['enum']}"
