@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 def main(opts: Options, command: list[str]) -> int:
     if len(command) > 1:
-        raise JobnsError(f"jobns hook: one STAGE at most, not {' '.join(command)!r} (usage: "
+        raise JobnsError(f"hook: one STAGE at most, not {' '.join(command)!r} (usage: "
                          "jobns hook [createRuntime|prestart|poststop] < STATE)")
     if os.geteuid() != 0:
         raise JobnsError("jobns hook must run as root (rootful runc, crun and Podman run hooks "

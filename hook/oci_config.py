@@ -48,7 +48,7 @@ MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
 
 def main(opts: Options, command: list[str]) -> int:
     if len(command) != 1:
-        raise JobnsError("jobns oci-config: expected one BUNDLE directory (usage: jobns "
+        raise JobnsError("oci-config: expected one BUNDLE directory (usage: jobns "
                          "oci-config [OPTIONS] BUNDLE)")
     path = os.path.abspath(command[0])
     b = bundle_mod.load(path)
@@ -60,7 +60,7 @@ def main(opts: Options, command: list[str]) -> int:
     ids = b.process_ids()
     job, named = identity.job_of(b.annotations, b, None, opts, pmix=True, ids=ids)
     if os.geteuid() != 0 and job.user.uid != os.geteuid():
-        raise JobnsError(f"jobns oci-config: the job user is {job.user.name} (uid "
+        raise JobnsError(f"oci-config: the job user is {job.user.name} (uid "
                          f"{job.user.uid}); only root may prepare a bundle for another user")
     identity.check_named(who, ids[0], job.user, named)
     record = recorded(config.state_dir, job.job_id)
@@ -114,7 +114,7 @@ def jobns_program() -> str:
     """The jobns console script of this installation (next to its interpreter)."""
     path = os.path.join(os.path.dirname(sys.executable), "jobns")
     if not os.access(path, os.X_OK):
-        raise JobnsError(f"jobns oci-config: no executable {path} to name as the hook; install "
+        raise JobnsError(f"oci-config: no executable {path} to name as the hook; install "
                          "jobns into a virtual environment (ci/install-python)")
     return path
 

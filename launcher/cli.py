@@ -187,19 +187,27 @@ def parse(cmd: Command, argv: list[str]) -> tuple[dict[str, str | bool | None], 
             i += 1
             continue
         if not arg.startswith("-") or arg == "-":
+            if cmd.args and "--" in argv[i + 1:]:
+                # `run --use-shared-tmpdir per-node -- cmd`: the word before `--` is not the
+                # command (it would run `per-node`), and not the option's value either.
+                prev = cmd.opts.get(argv[i - 1]) if i else None
+                hint = f"; did you mean {prev.name}={arg}?" if prev is not None and \
+                    prev.kind == OPTIONAL else ""
+                raise JobnsError(f"{cmd.name}: unexpected argument {arg!r} before '--'"
+                                 f"{hint} (see jobns {cmd.name} --help)")
             if cmd.args:
                 return opts, argv[i:]
-            raise JobnsError(f"jobns {cmd.name}: unexpected argument {arg!r} "
+            raise JobnsError(f"{cmd.name}: unexpected argument {arg!r} "
                              f"(see jobns {cmd.name} --help)")
         name, eq, value = arg.partition("=")
         opt = cmd.opts.get(name)
         if opt is None:
-            raise JobnsError(f"jobns {cmd.name}: unknown option {name!r} "
+            raise JobnsError(f"{cmd.name}: unknown option {name!r} "
                              f"(see jobns {cmd.name} --help)")
         key = name[2:].replace("-", "_")
         if opt.kind == FLAG:
             if eq:
-                raise JobnsError(f"jobns {cmd.name}: {name} takes no value")
+                raise JobnsError(f"{cmd.name}: {name} takes no value")
             opts[key] = True
         elif opt.kind == OPTIONAL:
             opts[key] = value if eq else ""
@@ -207,7 +215,7 @@ def parse(cmd: Command, argv: list[str]) -> tuple[dict[str, str | bool | None], 
             if not eq:
                 i += 1
                 if i >= len(argv):
-                    raise JobnsError(f"jobns {cmd.name}: {name} needs a value ({opt.metavar})")
+                    raise JobnsError(f"{cmd.name}: {name} needs a value ({opt.metavar})")
                 value = argv[i]
             opts[key] = value
         i += 1

@@ -172,7 +172,7 @@ def parse_capacity(text: str) -> int | NodeCount:
     match = _CAPACITY_RE.fullmatch(text)
     if match is None:
         raise DirectiveError(f"capacity {text!r} is not a number with an optional suffix; "
-                             "give e.g. capacity=10GiB, capacity=500MB or capacity=2N")
+                             "give e.g. capacity=10GiB or capacity=500MB")
     number, suffix = match.groups()
     if len(number) > _MAX_NUMBER_CHARS:
         raise DirectiveError(f"capacity {text[:20]!r}... has too many digits; use a larger "

@@ -166,10 +166,13 @@ def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
         if old is not None:
             if old.state == state.REFUSED:
                 return  # the prolog ran twice for a refused job: still refused
-            if old.options != options_of(job, caps, staging):
+            wanted = options_of(job, caps, staging)
+            if old.options != wanted:
+                was = old.options or {}
+                diff = "; ".join(f"{k}: {_show(was.get(k))}, now {_show(wanted.get(k))}"
+                                 for k in sorted({*was, *wanted}) if was.get(k) != wanted.get(k))
                 raise JobnsError(f"setup job {job.job_id}: it is already set up on this node "
-                                 f"with other options ({old.options}); run jobns teardown "
-                                 "first")
+                                 f"with other options ({diff}); run jobns teardown first")
             if old.state == "running":
                 return  # idempotent: the prolog ran twice
             # An interrupted setup or epilog of the same job: finish it (nothing is lost:
@@ -185,6 +188,13 @@ def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
             if not state.is_set_up(config.state_dir, job.job_id):
                 lock.release_and_remove()  # nothing of the job is left: neither is its lock
             raise
+
+
+def _show(value: object) -> str:
+    """An option's value for a message: plain words, not a Python repr."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_show(v)}" for k, v in sorted(value.items())) or "none"
+    return "none" if value is None else str(value)
 
 
 def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> None:
@@ -457,11 +467,13 @@ def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = F
             errors = state.remove_job_dir(state_dir, job_id)
             if not errors:
                 return
-        record.teardown_failures += 1
         record.errors = errors
         records.save(state_dir, record)
         if attempt + 1 < ATTEMPTS:
             time.sleep(RETRY_PAUSE)
+    # One failed epilog counts once, whatever its attempts (seed 003: teardown-fail
+    # after three tries; `jobns status` shows how many epilogs have failed).
+    record.teardown_failures += 1
     records.enter(state_dir, record, "teardown-fail")
     for err in errors:
         sys.stderr.write(f"jobns: teardown {job_id}: {err}\n")

@@ -123,6 +123,7 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> Pins
                        | libc.MS_NOEXEC | libc.MS_RDONLY, "size=4k,mode=0755")
         except OSError as e:
             raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
+        drop_other_pins()
         if userns:
             # Only the two pipes are open here (launcher.fork): once the job user can
             # ptrace this process, there is nothing of root's to take.
@@ -166,6 +167,20 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> Pins
         if holder.report_fd >= 0:
             holder.report()
             holder.wait()
+
+
+def drop_other_pins() -> None:
+    """Detach, in this (the job's new) mount namespace, every namespace pin still visible:
+    those of another jobns instance's state directory (another config), or anything else
+    that pins a namespace. A job must hold no reference to other namespaces."""
+    from launcher import mountinfo
+
+    for m in reversed(mountinfo.mounts()):
+        if m.fstype == "nsfs":
+            try:
+                libc.umount2(m.point, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
+            except OSError:
+                pass  # already gone with a mount above it
 
 
 def unpin(pinned: Pins) -> list[str]:

@@ -42,7 +42,7 @@ def make_task_dirs(dirs: list[str]) -> None:
 
 def main(opts: Options, command: list[str]) -> int:
     if not command and not opts.get("dry_run"):
-        raise JobnsError("jobns run: no command given (usage: jobns run [OPTIONS] -- COMMAND)")
+        raise JobnsError("run: no command given (usage: jobns run [OPTIONS] -- COMMAND)")
     environ = dict(os.environ)
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
     job = job_from(opts, environ)

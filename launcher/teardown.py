@@ -15,7 +15,7 @@ import os
 from launcher import config as config_mod
 from launcher import lifecycle, state
 from launcher import record as records
-from launcher.errors import UserError
+from launcher.errors import JobnsError, UserError
 from launcher.inputs import Options
 from launcher.job import job_id_from
 from launcher.lifecycle import require_root
@@ -45,6 +45,10 @@ def main(opts: Options, _command: list[str]) -> int:
         except UserError as e:
             lifecycle.warn(f"teardown {job_id}: {e}")
             return 0  # the job's problem, recorded; the node is fine
+        except JobnsError:
+            if not state.is_set_up(config.state_dir, job_id):
+                lock.release_and_remove()  # --force forgot the record: the lock goes too
+            raise
         lock.release_and_remove()
         return 0
     finally:

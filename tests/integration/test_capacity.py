@@ -203,6 +203,8 @@ def test_capacity_through_directives_option_and_dry_run(sandbox: Sandbox,
     r = sandbox.run(["setup", "--job-id", "c8", "--user", users[0].name, "--directives",
                      "shm capacity=4MiB"])
     assert r.returncode == 125 and "already set up" in r.stderr
+    assert "capacities: shm=1048576, tmp=2097152, now shm=4194304, tmp=none" in r.stderr
+    assert "{" not in r.stderr, r.stderr  # words, not a Python dict
     teardown(sandbox, "c8")
     assert_clean(sandbox)
 

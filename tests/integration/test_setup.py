@@ -318,10 +318,17 @@ def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
         assert r.returncode == 125
         assert "teardown-fail" in r.stderr and "Operation not permitted" in r.stderr
         rec = json.loads((sandbox.state / "jobs/960/state.json").read_text())
-        assert rec["state"] == "teardown-fail" and rec["teardown_failures"] == 3
+        assert rec["state"] == "teardown-fail" and rec["teardown_failures"] == 1  # one epilog
+        r = sandbox.run(["teardown", "--job-id", "960"])
+        rec = json.loads((sandbox.state / "jobs/960/state.json").read_text())
+        assert r.returncode == 125 and rec["teardown_failures"] == 2
+        # --force forgets the record (the administrator cleans by hand): no lock is left.
+        r = sandbox.run(["teardown", "--job-id", "960", "--force"])
+        assert r.returncode == 125 and "forgot its record" in r.stderr
+        assert sorted(os.listdir(sandbox.state / "jobs")) == []
     finally:
         subprocess.run(["chattr", "-i", str(stuck)], check=True)
-    teardown(sandbox, "960")
+    shutil.rmtree(sandbox.local / "job-960")
     assert_clean(sandbox)
 
 
@@ -337,3 +344,31 @@ def test_setup_dry_run_touches_nothing(sandbox: Sandbox, users: list[OsUser]) ->
     r = sandbox.run(["setup", "--job-id", "980", "--user", users[0].name, "--dry-run"])
     assert r.returncode == 0 and "bind" in r.stdout
     assert sandbox.leftovers() == [] and not Path(sandbox.state / "jobs").exists()
+
+
+def test_no_pin_of_any_jobns_instance_is_visible_inside_a_job(
+        sandbox: Sandbox, users: list[OsUser]) -> None:
+    """Another jobns instance (another config and state_dir) pins its jobs too: a job
+    must see none of those pins (it could keep another job's namespace alive)."""
+    import uuid
+
+    from tests.conftest import Sandbox as Box
+
+    root = Path("/var/lib/jobns-tests") / uuid.uuid4().hex[:12]
+    root.mkdir(parents=True)
+    other = Box(root, Path("/dev/shm") / f"jobns-tests-{root.name}")
+    try:
+        setup(other, "990", "--user", users[1].name)
+        setup(sandbox, "991", "--user", users[0].name)
+        r = sandbox.run(["run", "--job-id", "991", "--", "cat", "/proc/self/mountinfo"],
+                        user=users[0])
+        assert r.returncode == 0, r.stderr
+        assert [ln for ln in r.stdout.splitlines() if " - nsfs " in ln] == []
+        assert str(other.state) not in r.stdout or " - nsfs " not in r.stdout
+        teardown(sandbox, "991")
+        teardown(other, "990")
+    finally:
+        subprocess.run(["umount", "-R", "-l", str(other.state)], check=False,
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(other.shm, ignore_errors=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from launcher.cli import COMMANDS, command_help, dispatch, parse
 from launcher.errors import JobnsError
 
 RUN = COMMANDS["run"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_run_options_and_trailing_command() -> None:
@@ -63,3 +66,57 @@ def test_task_path_imports_nothing_heavy() -> None:
     heavy = {"jsonschema", "pyroute2", "docker", "argparse", "tomllib", "typing", "dataclasses",
              "json", "re", "subprocess", "enum", "ctypes", "signal", "prctl"}
     assert sorted(heavy & set(out)) == []
+
+
+def test_a_word_before_the_double_dash_is_an_error_with_a_hint() -> None:
+    """`--use-shared-tmpdir per-node -- true` must not run `per-node` (issue 14)."""
+    with pytest.raises(JobnsError, match=r"did you mean --use-shared-tmpdir=per-node\?"):
+        parse(RUN, ["--use-shared-tmpdir", "per-node", "--", "true"])
+    with pytest.raises(JobnsError, match="unexpected argument 'x' before '--'"):
+        parse(RUN, ["--job-id", "1", "x", "--", "true"])
+    opts, cmd = parse(RUN, ["--use-shared-tmpdir=per-node", "--", "true"])
+    assert opts["use_shared_tmpdir"] == "per-node" and cmd == ["true"]
+
+
+def test_every_failure_is_one_line_and_125(capsys: pytest.CaptureFixture[str]) -> None:
+    """No doubled prefix, and a bug is an `internal error`, never a traceback."""
+    assert dispatch(["run"]) == 125
+    err = capsys.readouterr().err
+    assert err.startswith("jobns: run: no command given") and err.count("\n") == 1
+    assert dispatch(["run", "--frob"]) == 125
+    assert capsys.readouterr().err == "jobns: run: unknown option '--frob' (see jobns run " \
+        "--help)\n"
+    assert dispatch(["status", "--config", "/proc/self/nonexistent/x.toml"]) == 125
+    err = capsys.readouterr().err
+    assert err.startswith("jobns: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bug_is_an_internal_error_line(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import launcher.report
+
+    def broken(opts: object, command: object) -> int:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(launcher.report, "status_main", broken)
+    monkeypatch.delenv("JOBNS_DEBUG", raising=False)
+    assert dispatch(["status"]) == 125
+    err = capsys.readouterr().err
+    assert err.startswith("jobns: internal error in jobns status: KeyError") and \
+        err.count("\n") == 1
+    monkeypatch.setenv("JOBNS_DEBUG", "1")
+    assert dispatch(["status"]) == 125
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_is_quiet() -> None:
+    """`jobns run -h | head -0`: the reader is gone before jobns writes."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-c", "from launcher.cli import main; main()",
+                            "run", "-h"], stdout=w, stderr=subprocess.PIPE, text=True,
+                           timeout=60, cwd=REPO)
+    finally:
+        os.close(w)
+    assert p.stderr == "" and p.returncode == 125
