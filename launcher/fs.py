@@ -505,3 +505,35 @@ def _prune_parents(tree: Tree, parent_fds: list[int]) -> list[str]:
                               f"{e.strerror}")
             break
     return errors
+
+
+def looks_like_ours(tree: Tree) -> bool:
+    """A directory with exactly the modes jobns makes a tree with (lstat: no link)."""
+    try:
+        st = os.lstat(tree.path)
+        if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != TOP_MODE:
+            return False
+        for c in tree.children:
+            cst = os.lstat(f"{tree.path}/{c}")
+            if not stat.S_ISDIR(cst.st_mode) or stat.S_IMODE(cst.st_mode) != SCRATCH_MODE:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def in_use(tree: Tree) -> bool:
+    """A standalone `jobns run` holds a shared flock on its trees while it runs."""
+    import fcntl
+
+    try:
+        fd = os.open(tree.path, O_DIR)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -30,7 +30,7 @@ from launcher.errors import JobnsError, UserError
 from launcher.inputs import Options
 from launcher.job import safe_component
 from launcher.lifecycle import finish, recover_one, require_root
-from launcher.plan import SCRATCH_MODE, TOP_MODE, Tree
+from launcher.plan import Tree
 from launcher.record import Record
 
 ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
@@ -129,7 +129,7 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[st
             if not _job_id(job_id) or job_id in jobs or path in recorded:
                 continue
             tree = Tree(role, base, (), name, children, True)
-            if looks_like_ours(tree) and not in_use(tree):
+            if fs.looks_like_ours(tree) and not fs.in_use(tree):
                 found.append(tree)
     return found
 
@@ -151,39 +151,6 @@ def _root_dir(path: str) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and st.st_uid == 0
-
-
-def looks_like_ours(tree: Tree) -> bool:
-    import stat
-
-    try:
-        st = os.lstat(tree.path)
-        if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != TOP_MODE:
-            return False
-        for c in tree.children:
-            cst = os.lstat(f"{tree.path}/{c}")
-            if not stat.S_ISDIR(cst.st_mode) or stat.S_IMODE(cst.st_mode) != SCRATCH_MODE:
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def in_use(tree: Tree) -> bool:
-    """A standalone `jobns run` holds a shared flock on its trees while it runs."""
-    import fcntl
-
-    try:
-        fd = os.open(tree.path, fs.O_DIR)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def main(opts: Options, _command: list[str]) -> int:

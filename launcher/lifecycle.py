@@ -161,6 +161,7 @@ def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
           staging: Staging | None) -> None:
     """The prolog under the job lock: set the job up, or refuse it for a user's error."""
     state.ensure_state_dir(config.state_dir)
+    _warn_propagation_once(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
         old = records.load(config.state_dir, job.job_id)
         if old is not None:
@@ -188,6 +189,21 @@ def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
             if not state.is_set_up(config.state_dir, job.job_id):
                 lock.release_and_remove()  # nothing of the job is left: neither is its lock
             raise
+
+
+def _warn_propagation_once(state_dir: str) -> None:
+    """Once per boot (state_dir is on /run): say in the prolog log if host mounts made
+    later will not reach jobs."""
+    from launcher.mountinfo import propagation_warning
+
+    marker = f"{state_dir}/propagation-checked"
+    if os.path.exists(marker):
+        return
+    warning = propagation_warning()
+    if warning:
+        warn(f"warning: {warning}")
+    with open(marker, "w"):
+        pass
 
 
 def _show(value: object) -> str:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 
 class Mount:
-    __slots__ = ("dev", "fstype", "point", "source")
+    __slots__ = ("dev", "fstype", "optional", "point", "source")
 
-    def __init__(self, dev: str, point: str, fstype: str, source: str) -> None:
+    def __init__(self, dev: str, point: str, fstype: str, source: str,
+                 optional: tuple[str, ...] = ()) -> None:
         self.dev = dev          # "major:minor" of the mounted file system
         self.point = point      # the mount point, as this process sees it
         self.fstype = fstype
         self.source = source
+        self.optional = optional  # propagation: shared:N, master:N, propagate_from:N
 
 
 def unescape(field: str) -> str:
@@ -36,7 +38,8 @@ def mounts() -> list[Mount]:
             fields = left.split()
             rest = right.split()
             if len(fields) >= 5 and len(rest) >= 2:
-                found.append(Mount(fields[2], unescape(fields[4]), rest[0], unescape(rest[1])))
+                found.append(Mount(fields[2], unescape(fields[4]), rest[0], unescape(rest[1]),
+                                   tuple(fields[6:])))
     return found
 
 
@@ -45,3 +48,15 @@ def under(path: str) -> list[Mount]:
     top = path.rstrip("/")
     inside = [m for m in mounts() if m.point == top or m.point.startswith(top + "/")]
     return sorted(inside, key=lambda m: m.point.count("/"))
+
+
+def propagation_warning() -> str:
+    """A warning if the host's / is not a shared mount: then a job's namespace (a slave
+    of the host's mounts) never sees an NFS or autofs mount the host makes after the job
+    started. Empty when all is well."""
+    root = [m for m in mounts() if m.point == "/"]
+    if root and not any(o.startswith("shared:") for o in root[-1].optional):
+        return ("/ is a private mount on this node, so file systems the host mounts after a "
+                "job started (NFS, autofs) never appear inside the job; make it shared at "
+                "boot (mount --make-rshared /, as systemd does) - README \"Mount propagation\"")
+    return ""

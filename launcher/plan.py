@@ -85,7 +85,8 @@ class Bind:
 
     def describe(self, plan: Plan) -> str:
         src = plan.trees[self.tree].path + (f"/{self.child}" if self.child else "")
-        return f"bind   {src} -> {self.target}  (nosuid,nodev; host mounts propagate in)"
+        return (f"bind   {src} -> {self.target}  (nosuid,nodev; a slave of the host's "
+                "mounts: later host mounts appear if / is shared)")
 
 
 class Plan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 import time
 
 from launcher import config as config_mod
@@ -61,9 +62,17 @@ def tree_bytes(path: str) -> int | None:
     return total
 
 
-def collect(state_dir: str) -> list[dict[str, object]]:
+def collect(state_dir: str, config: config_mod.Config | None = None
+            ) -> list[dict[str, object]]:
+    """Every job jobns holds on this node: the set-up ones (their records) and, with
+    config, the standalone ones (`jobns run` without a prolog: trees in the bases that no
+    record names). Root sees every job; an ordinary user her own (job state is private)."""
+    root = os.geteuid() == 0
     jobs: list[dict[str, object]] = []
+    recorded: set[str] = set()
     for job_id in state.list_jobs(state_dir):
+        if not root and not os.access(state.job_dir(state_dir, job_id), os.X_OK):
+            continue  # another user's job
         try:
             record = records.load(state_dir, job_id)
         except JobnsError as e:
@@ -73,11 +82,60 @@ def collect(state_dir: str) -> list[dict[str, object]]:
             continue
         rec = record.to_dict()
         paths = [t.tree.path for t in record.trees]
+        recorded.update(paths)
         sizes = [tree_bytes(p) for p in paths]
         rec["paths"] = paths
         rec["bytes"] = None if None in sizes else sum(s or 0 for s in sizes)
         jobs.append(rec)
+    if config is not None:
+        jobs += standalone(config, recorded, root)
     return jobs
+
+
+def standalone(config: config_mod.Config, recorded: set[str], root: bool
+               ) -> list[dict[str, object]]:
+    """Trees of jobs no prolog set up: `jobns run` tasks holding them (state standalone),
+    or what a crashed task left (leftover: `jobns gc` removes it)."""
+    import pwd
+
+    from launcher import fs
+    from launcher.plan import TMP_TARGETS, Tree
+
+    found: dict[str, dict[str, object]] = {}
+    children = tuple(c for c, _ in TMP_TARGETS)
+    for role, base, kids in (("local", config.local_base, children), ("shm", config.shm_base,
+                                                                       ())):
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        for name in names:
+            tree = Tree(role, base, (), name, kids, True)
+            if not name.startswith("job-") or tree.path in recorded or "~" in name:
+                continue
+            try:
+                st = os.lstat(tree.path)
+            except OSError:
+                continue
+            if not root and st.st_uid != os.geteuid():
+                continue
+            if not fs.looks_like_ours(tree):
+                continue
+            try:
+                user = pwd.getpwuid(st.st_uid).pw_name
+            except KeyError:
+                user = str(st.st_uid)
+            job = found.setdefault(name[4:], {
+                "job_id": name[4:], "state": "leftover", "paths": [], "bytes": 0,
+                "user": {"name": user, "uid": st.st_uid}, "created": st.st_mtime})
+            if fs.in_use(tree):
+                job["state"] = "standalone"
+            size = tree_bytes(tree.path)
+            paths, used = job["paths"], job["bytes"]
+            assert isinstance(paths, list)
+            paths.append(tree.path)
+            job["bytes"] = None if size is None or used is None else int(str(used)) + size
+    return list(found.values())
 
 
 def per_user(jobs: list[dict[str, object]]) -> dict[str, dict[str, int]]:
@@ -105,8 +163,13 @@ def human(n: object) -> str:
 
 def status_main(opts: Options, _command: list[str]) -> int:
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
-    jobs = collect(config.state_dir)
+    jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
+    from launcher.mountinfo import propagation_warning
+
+    warning = propagation_warning()
+    if warning:
+        sys.stderr.write(f"jobns: warning: {warning}\n")
     if opts.get("json"):
         print(json.dumps({"jobs": jobs, "users": totals}, indent=2, sort_keys=True))
         return 0

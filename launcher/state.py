@@ -1,6 +1,7 @@
 """Per-job state on this node, kept in the root-only state directory (default /run/jobns).
 
   <state_dir>/                 root 0711, a private bind mount of itself (see ensure_state_dir)
+  <state_dir>/jobs/            root 0755 (job ids are no secret: `jobns status` lists them)
   <state_dir>/jobs/<id>.lock   root 0600: setup / teardown / gc of one job take it exclusively
   <state_dir>/jobs/<id>/       root 0700, ACL: the job user may search (x), nobody else
       state.json               root 0600, ACL: the job user may read; the job record
@@ -65,6 +66,9 @@ def ensure_state_dir(state_dir: str) -> None:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
             raise JobnsError(f"refuse state directory {path}: it must be a directory owned by "
                              "root and writable only by root; fix it or set state_dir")
+    # Job ids may be listed (as squeue lists them), so `jobns status` shows a user her own
+    # jobs; what is in a job's directory stays private to root and its user.
+    os.chmod(f"{state_dir}/{JOBS}", 0o755)  # noqa: S103 -- deliberate, see above
     if state_dir not in _mountpoints():
         try:
             libc.mount(state_dir, state_dir, None, libc.MS_BIND)

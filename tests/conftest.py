@@ -86,6 +86,8 @@ class Sandbox:
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(0o1777)  # like /tmp: ordinary users make their own job directories
         self.state.mkdir(mode=0o755, exist_ok=True)
+        # The once-per-boot warning about a private / (these VMs) belongs to its own test.
+        (self.state / "propagation-checked").touch()
         self.config = root / "jobns.toml"
         self.write_config()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OsUser, Sandbox, job_mounts
+from tests.conftest import OsUser, Sandbox, host_mounts, job_mounts
 from tests.integration.test_run import alive, wait_for
 
 pytestmark = pytest.mark.root
@@ -372,3 +372,56 @@ def test_no_pin_of_any_jobns_instance_is_visible_inside_a_job(
                        capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(other.shm, ignore_errors=True)
+
+
+def test_status_for_root_and_for_a_user_with_standalone_jobs(
+        sandbox: Sandbox, users: list[OsUser]) -> None:
+    """Root sees every job, set up or standalone; a user sees her own, without a
+    traceback; the propagation of / is reported (issue 14)."""
+    alice, bob = users
+    setup(sandbox, "995", "--user", alice.name)
+    setup(sandbox, "996", "--user", bob.name)
+    task = sandbox.popen(["run", "--job-id", "997", "--", "sleep", "30"], user=alice)
+    try:
+        wait_for(sandbox.local / "job-997" / "tmp")
+        everything = json.loads(sandbox.run(["status", "--json"]).stdout)["jobs"]
+        states = {j["job_id"]: j["state"] for j in everything}
+        assert states == {"995": "running", "996": "running", "997": "standalone"}, states
+        r = sandbox.run(["status", "--json"], user=alice)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        mine = {j["job_id"] for j in json.loads(r.stdout)["jobs"]}
+        assert mine == {"995", "997"}
+        r = sandbox.run(["status"], user=bob)
+        assert r.returncode == 0 and "996" in r.stdout and "995" not in r.stdout
+        root_private = not root_is_shared()
+        assert ("/ is a private mount" in r.stderr) == root_private
+    finally:
+        task.kill()
+        task.wait()
+    teardown(sandbox, "995")
+    teardown(sandbox, "996")
+    r = sandbox.run(["status", "--json"])
+    assert [(j["job_id"], j["state"]) for j in json.loads(r.stdout)["jobs"]] == \
+        [("997", "leftover")]
+    assert sandbox.run(["gc", "--no-slurm"]).returncode == 0
+    assert_clean(sandbox)
+
+
+def test_a_private_root_mount_is_reported_once_per_boot(sandbox: Sandbox,
+                                                        users: list[OsUser]) -> None:
+    (sandbox.state / "propagation-checked").unlink()
+    private = not root_is_shared()
+    r = sandbox.run(["setup", "--job-id", "998", "--user", users[0].name])
+    assert r.returncode == 0 and ("/ is a private mount" in r.stderr) == private, r.stderr
+    r = sandbox.run(["setup", "--job-id", "999", "--user", users[0].name])
+    assert r.returncode == 0 and r.stderr == ""  # once
+    dry = sandbox.run(["run", "--job-id", "x", "--dry-run", "--", "true"])
+    assert "later host mounts appear if / is shared" in dry.stdout
+    teardown(sandbox, "998")
+    teardown(sandbox, "999")
+    assert_clean(sandbox)
+
+
+def root_is_shared() -> bool:
+    root = [ln for ln in host_mounts().splitlines() if ln.split()[4] == "/"]
+    return "shared:" in root[-1].split(" - ")[0]
