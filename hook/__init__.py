@@ -45,6 +45,10 @@ Who holds a job's trees on a node, and who removes them:
   prolog sets the job up meanwhile, its record adopts the trees (fs.release_tree's
   `adopted`) and the holder leaves them to the epilog.
 
+One stage: the holder notices the container's exit by itself, so the shipped hooks.d
+file and oci-config install createRuntime only (one Python start per container); a
+poststop call from an older hooks.d file or bundle is still accepted.
+
 Speed: runtimes run a hook per stage as a new process, so the interpreter's start
 dominates; poststop imports neither ctypes nor json, createRuntime no json/re
 (launcher/jsonfast.py), and `jobns oci-config` on a prolog's job needs no hook at all

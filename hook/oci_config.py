@@ -9,8 +9,9 @@ wrapper): config.json gets
 - the org.jobns.* annotations, so the hooks find the same job whatever named it;
 - unless a prolog (jobns setup) prepared the job on this node: jobns hook as a
   createRuntime hook (it registers the container's hold; the directories are
-  already bound by the runtime, which it checks) and a poststop hook (releases
-  it; the job's last user removes the directories). A prolog's job needs neither:
+  already bound by the runtime, which it checks; its holder releases the hold when
+  the container's init exits, and the job's last user removes the directories). A
+  prolog's job needs no hook:
   its epilog removes the directories, and without hooks the bundle also suits a
   rootless runtime.
 The directories are made now (a runtime's bind mount needs its source), owned by
@@ -127,8 +128,10 @@ def config_file(flag: str | None, environ: dict[str, str]) -> str | None:
 
 def hook_entries(program: str, config: str | None) -> dict[str, dict[str, object]]:
     opts = ["--config", config] if config else []
-    return {stage: {"path": program, "args": ["jobns", "hook", *opts, stage]}
-            for stage in ("createRuntime", "poststop")}
+    # createRuntime only: the holder it forks notices the container's exit itself, so a
+    # poststop hook (a second Python start per container) is not needed.
+    return {"createRuntime": {"path": program, "args": ["jobns", "hook", *opts,
+                                                        "createRuntime"]}}
 
 
 def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str, str],

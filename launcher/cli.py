@@ -132,8 +132,10 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
             help="Run by runc, crun or Podman with the container's state on stdin. "
                  "createRuntime (or prestart): makes the job's directories (or uses the ones "
                  "jobns setup made) and binds them over the container's /tmp, /var/tmp and "
-                 "/dev/shm. poststop: releases the container's hold; the job's last user "
-                 "removes the directories. Without STAGE, the state's status decides "
+                 "/dev/shm; for a job no prolog set up, a holder process keeps the "
+                 "directories while the container runs and the job's last user removes them. "
+                 "poststop (accepted, not needed): releases a hold whose holder was killed. "
+                 "Without STAGE, the state's status decides "
                  "(creating/created: createRuntime, stopped: poststop).\n"
                  "The job comes from annotations org.jobns.job-id, org.jobns.user, "
                  "org.jobns.shared-tmpdir, org.jobns.no-rm-tmpdir, else SLURM_JOB_ID/"
@@ -147,8 +149,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
             help="Rewrites BUNDLE/config.json atomically: bind mounts of the job's directories "
                  "at /tmp, /var/tmp and /dev/shm (rbind,nosuid,nodev), the job environment "
                  "(TMPDIR, PMIx, RUNTIME_*) in process.env, the job's annotations, and, unless "
-                 "jobns setup prepared the job on this node, jobns hook createRuntime and "
-                 "poststop hooks that hold and finally remove the directories. Makes the "
+                 "jobns setup prepared the job on this node, a jobns hook createRuntime hook "
+                 "whose holder keeps and finally removes the directories. Makes the "
                  "directories. The job: the flags, else as for jobns hook."),
 ]}
 

@@ -657,8 +657,10 @@ def test_oci_config_prepares_a_bundle(box: Sandbox, containers: list[Container],
     assert env["TMPDIR"] == "/tmp" and env["JOBNS_JOB_ID"] == "OC1"
     assert env["PMIX_NSDIR"] == "/tmp/pmix/jobns.OC1"
     assert doc["annotations"] == {"org.jobns.job-id": "OC1"}
-    assert [h["args"] for h in doc["hooks"]["poststop"]] == \
-        [["jobns", "hook", "--config", str(box.config), "poststop"]]
+    # One stage: the holder notices the container's exit; no poststop hook.
+    assert [h["args"] for h in doc["hooks"]["createRuntime"]] == \
+        [["jobns", "hook", "--config", str(box.config), "createRuntime"]]
+    assert "poststop" not in doc["hooks"]
     assert doc["hooks"]["createRuntime"][0]["path"] == JOBNS
     # The directories exist now, owned by the container's user.
     assert (job.stat().st_uid, (job / "tmp").stat().st_uid) == (alice.uid, alice.uid)

@@ -51,7 +51,7 @@ def test_rewrite_replaces_mounts_env_and_adds_hooks() -> None:
     assert new["hooks"]["createRuntime"] == [
         {"path": "/opt/jobns/venv/bin/jobns",
          "args": ["jobns", "hook", "--config", "/etc/x.toml", "createRuntime"]}]
-    assert new["hooks"]["poststop"][0]["args"][-1] == "poststop"
+    assert "poststop" not in new["hooks"]  # one stage: the holder notices the exit
     # Idempotent: a second run changes nothing.
     assert rewrite(new, BINDS, ENV, {"org.jobns.job-id": "1"}, hooks) == new
 
@@ -64,7 +64,7 @@ def test_rewrite_without_hooks_for_prolog_jobs() -> None:
 @pytest.mark.parametrize(("doc", "needle"), [
     ({"mounts": {}}, "mounts is not a list"),
     ({"hooks": []}, "hooks is not an object"),
-    ({"hooks": {"poststop": {}}}, "hooks.poststop is not a list"),
+    ({"hooks": {"createRuntime": {}}}, "hooks.createRuntime is not a list"),
 ])
 def test_rewrite_refuses_malformed_bundles(doc: dict[str, Any], needle: str) -> None:
     from launcher.errors import JobnsError
@@ -86,9 +86,11 @@ def test_shipped_hooks_d_files_are_valid(path: Path) -> None:
     assert doc["hook"]["path"] == "/opt/jobns/venv/bin/jobns"
 
 
-def test_hooks_d_covers_both_stages() -> None:
+def test_hooks_d_is_one_stage() -> None:
+    """createRuntime only: the holder notices the container's exit (poststop is still
+    accepted from an older hooks.d file, tests/integration/test_hook.py)."""
     stages = sorted(s for p in HOOKS_D.glob("*.json") for s in json.loads(p.read_text())["stages"])
-    assert stages == ["createRuntime", "poststop"]
+    assert stages == ["createRuntime"]
 
 
 @pytest.mark.parametrize(("doc", "ok"), [
