@@ -6,7 +6,9 @@
    anything, in particular before it changes identity.
 2. It never unwinds into the parent's code: whatever happens, it ends in os._exit.
 3. It reports once, through its own close-on-exec pipe: nothing at all means success
-   (work returned, or exec'd: the pipe closed on exec), otherwise "<exit code> <message>".
+   (work returned, or exec'd: the pipe closed on exec), otherwise "<exit code> <kind>
+   <message>", kind U for a launcher.errors.UserError (the job user's doing: the parent
+   raises it as such, so it fails her job and not the node), E for anything else.
 4. A JobnsError keeps its exit code; anything else is reported as an internal error
    with exit 125, never a traceback from a forked copy of jobns.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from launcher.errors import EXIT_JOBNS_FAILED, JobnsError
+from launcher.errors import EXIT_JOBNS_FAILED, JobnsError, UserError
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -30,11 +32,12 @@ if TYPE_CHECKING:
 class Child:
     """A forked child: its pid and the read end of its report pipe."""
 
-    __slots__ = ("pid", "report_fd")
+    __slots__ = ("pid", "report_fd", "user_error")
 
     def __init__(self, pid: int, report_fd: int) -> None:
         self.pid = pid
         self.report_fd = report_fd
+        self.user_error = False  # the failure report() returned was a UserError
 
     def report(self) -> tuple[int, str] | None:
         """Block until the child exec'd, exited or reported: None for success, else its
@@ -48,7 +51,9 @@ class Child:
             self.report_fd = -1
         if not data:
             return None
-        code, _, msg = data.decode(errors="replace").partition(" ")
+        code, _, rest = data.decode(errors="replace").partition(" ")
+        kind, _, msg = rest.partition(" ")
+        self.user_error = kind == "U"
         try:
             return int(code), msg
         except ValueError:
@@ -69,6 +74,8 @@ class Child:
         failure = self.report()
         status = self.wait()
         if failure is not None:
+            if self.user_error:
+                raise UserError(failure[1], failure[0])
             raise JobnsError(failure[1], failure[0])
         if status != 0:
             raise JobnsError(f"{what}: the helper process died (wait status {status:#x})")
@@ -113,7 +120,7 @@ def spawn(work: Callable[[], None], keep: Iterable[int] = (), *, inherit: bool =
     keep = [*keep, write_fd]
     pid = os.fork()
     if pid == 0:
-        code, msg = EXIT_JOBNS_FAILED, "internal error"
+        code, kind, msg = EXIT_JOBNS_FAILED, "E", "internal error"
         try:
             os.close(read_fd)
             if before is not None:
@@ -123,12 +130,13 @@ def spawn(work: Callable[[], None], keep: Iterable[int] = (), *, inherit: bool =
             os._exit(0)
         except JobnsError as e:
             code, msg = e.code, str(e)
+            kind = "U" if isinstance(e, UserError) else "E"
         except OSError as e:
             msg = f"internal error: {e}"
         except BaseException as e:  # report anything rather than a traceback from a fork
             msg = f"internal error: {type(e).__name__}: {e}"
         try:
-            os.write(write_fd, f"{code} {msg}".encode(errors="replace"))
+            os.write(write_fd, f"{code} {kind} {msg}".encode(errors="replace"))
         finally:
             os._exit(code)
     os.close(write_fd)

@@ -25,7 +25,7 @@ import os
 import stat
 
 from launcher import libc, mountinfo
-from launcher.errors import JobnsError
+from launcher.errors import JobnsError, UserError
 from launcher.plan import SCRATCH_MODE, TOP_MODE
 from launcher.removal import O_DIR, clear_dir, remove_entry
 
@@ -124,12 +124,19 @@ def reopen(handle: TreeHandle, child: str, expected: tuple[int, int]) -> tuple[i
             os.close(fd)
             fd = nxt
         st = os.fstat(fd)
+    except FileNotFoundError:
+        os.close(fd)
+        raise UserError(f"refuse {path}: it was removed while the job was being set up"
+                        ) from None
+    except JobnsError as e:
+        os.close(fd)
+        raise UserError(str(e)) from None
     except BaseException:
         os.close(fd)
         raise
     if (st.st_dev, st.st_ino) != expected:
         os.close(fd)
-        raise JobnsError(f"refuse {path}: it was replaced while the job was being set up")
+        raise UserError(f"refuse {path}: it was replaced while the job was being set up")
     return fd, path
 
 
@@ -137,25 +144,55 @@ MOVED = "~moved-"      # a squatter's entry, moved aside: <name>~moved-<hex>
 RETIRED = "~removing-"  # a tree teardown could not empty (a writer outside the job)
 
 
-def move_aside(parent_fd: int, name: str, path: str, aside: list[str]) -> None:
+def move_aside(parent_fd: int, name: str, path: str, aside: list[str],
+               as_name: str | None = None) -> None:
     """Rename an entry jobns did not make out of the way, in the same directory, keeping
     its owner, mode and content: a squatter never blocks, receives or loses anything.
-    '~' is never part of a job id, so the new name is nobody's job directory."""
+    '~' is never part of a job id, so the new name is nobody's job directory. as_name:
+    the job tree's name when the entry sits under another (a temporary) name."""
+    new = f"{as_name or name}{MOVED}{os.urandom(4).hex()}"
+    for _attempt in range(8):
+        try:
+            libc.rename_noreplace(parent_fd, name, new)  # the entry, never a link target
+            break
+        except FileNotFoundError:
+            return  # gone meanwhile: nothing to move
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise JobnsError(f"move {path} aside (it is not what jobns makes for this "
+                                 f"job): {e.strerror}") from None
+            # A mount point (her FUSE mount on a future job's directory): detach it first,
+            # through an fd that never touches her file system.
+            detach_at(parent_fd, name)
+    else:
+        raise JobnsError(f"move {path} aside: it is still a mount point after detaching")
     try:
-        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return  # gone meanwhile: nothing to move
-    new = f"{name}{MOVED}{os.urandom(4).hex()}"
-    try:
-        libc.rename_noreplace(parent_fd, name, new)  # renames the entry, never a link target
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise JobnsError(f"move {path} aside (it is not what jobns makes for this job): "
-                         f"{e.strerror}") from None
+        st = os.stat(new, dir_fd=parent_fd, follow_symlinks=False)
+        who = f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+    except OSError:
+        who = "owner unknown"
     aside.append(f"moved {path} aside to {new}: it was not made by jobns for this job "
-                 f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); its owner "
-                 "finds it there")
+                 f"({who}); its owner finds it there")
+
+
+def detach_at(parent_fd: int, name: str) -> bool:
+    """Detach the mount on top of parent/name (reached by O_PATH, which sends nothing to a
+    FUSE server); False if there was none to detach."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return False
+    try:
+        libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _mounted_at_or_below(path: str) -> bool:
+    return bool(mountinfo.under(path))
 
 
 def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
@@ -168,6 +205,7 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
     must never see one another's half-made (still root-owned) directory.
     """
     for _attempt in range(5):
+        bad = False
         try:
             fd = open_dir(parent_fd, name, path)
         except FileNotFoundError:
@@ -175,8 +213,7 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
         except JobnsError:
             if aside is None:
                 raise
-            move_aside(parent_fd, name, path, aside)
-            continue
+            bad = True
         else:
             try:
                 _check(fd, path, uid, TOP_MODE)
@@ -184,12 +221,12 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
                 os.close(fd)
                 if aside is None:
                     raise
-                move_aside(parent_fd, name, path, aside)
-                continue
+                bad = True
             except BaseException:
                 os.close(fd)
                 raise
-            return fd
+            else:
+                return fd
         tmp = f".{name}.jobns-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             os.mkdir(tmp, 0o700, dir_fd=parent_fd)
@@ -199,13 +236,47 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
                 _owner_fix(tfd, uid, gid)
             finally:
                 os.close(tfd)
+            if bad:
+                raise FileExistsError(errno.EEXIST, "not ours")  # swap it out below
             libc.rename_noreplace(parent_fd, tmp, name)
         except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and aside is not None:
+                _swap_in_dir(parent_fd, tmp, name, path, uid, aside)
+                continue
             remove_entry(parent_fd, tmp, f"{path} (temporary)")
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise JobnsError(_create_failed(path, e)) from None
         # made by us or by another node meanwhile: open and verify it either way
     raise JobnsError(f"create {path}: it kept disappearing while being set up; try again")
+
+
+def _swap_in_dir(parent_fd: int, tmp: str, name: str, path: str, uid: int,
+                 aside: list[str]) -> None:
+    """ensure_plain_dir's _swap_in: ours in place of what appeared at `name`, which is
+    moved aside, unless it is another node's good job-ID/ (then it stays, ours goes)."""
+    try:
+        libc.rename_exchange(parent_fd, tmp, name)
+    except OSError as e:
+        remove_entry(parent_fd, tmp, f"{path} (temporary)")
+        if e.errno == errno.EBUSY:
+            move_aside(parent_fd, name, path, aside)
+        elif e.errno != errno.ENOENT:
+            raise JobnsError(_create_failed(path, e)) from None
+        return
+    try:
+        fd = open_dir(parent_fd, tmp, path)
+        try:
+            _check(fd, path, uid, TOP_MODE)
+            good = True
+        finally:
+            os.close(fd)
+    except (OSError, JobnsError):
+        good = False
+    if good:
+        libc.rename_exchange(parent_fd, tmp, name)
+        remove_entry(parent_fd, tmp, f"{path} (temporary)")
+    else:
+        move_aside(parent_fd, tmp, path, aside, as_name=name)
 
 
 def _create_failed(path: str, e: OSError) -> str:
@@ -292,6 +363,11 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
         parent = fds[-1]
         created = False
         for _attempt in range(20):
+            if aside is not None and _mounted_at_or_below(tree.path):
+                # Her FUSE mount on (or in) a future job's directory: never opened (a
+                # stalled server would hang the prolog), moved aside with what is in it.
+                move_aside(parent, tree.name, tree.path, aside)
+                continue
             try:
                 fd = open_dir(parent, tree.name, tree.path)
             except FileNotFoundError:
@@ -303,6 +379,11 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                     libc.rename_noreplace(parent, tmp, tree.name)
                     created = True
                 except OSError as e:
+                    if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and aside is not None:
+                        # Someone made it between our look and our rename (a squatter in
+                        # a loop): swap ours in atomically, then move theirs aside.
+                        created = _swap_in(parent, tmp, tree, uid, aside)
+                        continue
                     remove_entry(parent, tmp, f"{tree.path} (temporary)")
                     if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                         raise JobnsError(_create_failed(tree.path, e)) from None
@@ -310,15 +391,20 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
             except JobnsError:
                 if aside is None:
                     raise
-                move_aside(parent, tree.name, tree.path, aside)
+                # Not ours (a symlink, a file, someone else's directory): ours goes in its
+                # place in one atomic swap, so a squatter in a loop cannot win the race.
+                created = _swap_in(parent, _build_temp(parent, tree, uid, gid, fresh), tree,
+                                   uid, aside)
                 continue
             if fresh and created:
                 return TreeHandle(tree, fds, fd, created)  # root-owned until its mount
             try:
                 if lock:
                     # Lock before looking inside: the job's last task removes a tree while
-                    # holding it exclusively, so we never judge one half removed.
-                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    # holding it exclusively, so we never judge one half removed. Root's
+                    # setup waits a bounded time: a user holding it (flock on her own
+                    # pre-made tree) must not hang the prolog.
+                    _share_lock(fd, tree.path, bounded=aside is not None)
                     if not _still_linked(parent, tree.name, fd):
                         os.close(fd)  # removed while we waited: start over
                         continue
@@ -329,7 +415,8 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                 os.close(fd)
                 if aside is None:
                     raise
-                move_aside(parent, tree.name, tree.path, aside)
+                created = _swap_in(parent, _build_temp(parent, tree, uid, gid, fresh), tree,
+                                   uid, aside, keep_legit=False)
                 continue
             except BaseException:
                 os.close(fd)
@@ -341,6 +428,61 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
         for fd in fds:
             os.close(fd)
         raise
+
+
+LOCK_WAIT = 5.0  # seconds root's setup waits for a tree another process holds exclusively
+
+
+def _share_lock(fd: int, path: str, bounded: bool) -> None:
+    if not bounded:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return
+    import time
+
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise JobnsError(f"refuse {path}: someone holds it locked") from None
+            time.sleep(0.05)
+
+
+def _swap_in(parent: int, tmp: str, tree: Tree, uid: int, aside: list[str],
+             keep_legit: bool = True) -> bool:
+    """Put our complete tree (at tmp) in place of whatever is at its name, and move that
+    aside; unless (keep_legit) it is a tree jobns made for this user meanwhile (a
+    concurrent task of the job), which is put back and used. True if ours is in place."""
+    try:
+        libc.rename_exchange(parent, tmp, tree.name)
+    except OSError as e:
+        remove_entry(parent, tmp, f"{tree.path} (temporary)")
+        if e.errno == errno.ENOENT:
+            return False  # gone meanwhile: the next round makes ours
+        if e.errno == errno.EBUSY:  # a mount point: move_aside detaches it first
+            move_aside(parent, tree.name, tree.path, aside)
+            return False
+        raise JobnsError(_create_failed(tree.path, e)) from None
+    try:
+        fd = open_dir(parent, tmp, tree.path) if keep_legit else -1
+    except (OSError, JobnsError):
+        fd = -1
+    if fd >= 0:
+        try:
+            _verify_tree(fd, tree, uid)
+            legit = True
+        except JobnsError:
+            legit = False
+        finally:
+            os.close(fd)
+        if legit:
+            libc.rename_exchange(parent, tmp, tree.name)
+            remove_entry(parent, tmp, f"{tree.path} (temporary)")
+            return False
+    move_aside(parent, tmp, tree.path, aside, as_name=tree.name)
+    return True
 
 
 def release_tree(handle: TreeHandle, adopted: Callable[[], bool] | None = None) -> list[str]:
@@ -406,32 +548,32 @@ def seal(tree: Tree) -> None:
 
 
 def detach_mounts(tree: Tree, keep_source: str) -> list[str]:
-    """Detach every mount inside the tree (a FUSE mount the user made from the host, a
-    copy of something bound there), except our capacity tmpfs (source keep_source);
-    returns what was detached, for the log.
+    """Detach every mount inside the tree or on its root (a FUSE mount the user made from
+    the host, a copy of something bound there), except our capacity tmpfs (source
+    keep_source); returns what was detached, for the log.
 
-    Each is reached by an fd walk from the base that never follows a symlink, shallowest
-    first, and detached through its fd (never by a path the user could redirect); a lazy
-    detach takes the mounts below it along, so no walk enters a user's file system.
+    Each is reached from the tree's parent by O_PATH opens that never follow a symlink
+    and never send a request to a FUSE server (a stalled one must not hang teardown), and
+    detached through that fd, never by a path the user could redirect; shallowest first,
+    and a lazy detach takes the mounts below it along.
     """
     done: list[str] = []
-    for m in mountinfo.under(tree.path):
-        if m.source == keep_source and m.point == tree.path.rstrip("/"):
+    top = tree.path.rstrip("/")
+    for m in mountinfo.under(top):
+        if m.source == keep_source and m.point == top:
             continue
-        if any(m.point == d or m.point.startswith(d + "/") for d in done):
+        if any(m.point.startswith(d + "/") for d in done):
             continue  # went with a mount above it
-        rel = m.point[len(tree.path.rstrip("/")):].strip("/")
-        fds = _walk(tree)
+        parts = [tree.name, *[p for p in m.point[len(top):].split("/") if p]]
+        fds = _walk_parents(tree)
         try:
-            if len(fds) != len(tree.parents) + 2:
-                break  # the tree is gone
-            parts = rel.split("/") if rel else []
+            if len(fds) != len(tree.parents) + 1:
+                break  # the tree's parent is gone
             for part in parts[:-1]:
                 fds.append(os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
                                    | os.O_CLOEXEC, dir_fd=fds[-1]))
-            if parts:
-                fds.append(os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                   dir_fd=fds[-1]))
+            fds.append(os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               dir_fd=fds[-1]))
             libc.umount2(f"/proc/self/fd/{fds[-1]}", libc.MNT_DETACH)
             done.append(m.point)
         except OSError:
@@ -439,7 +581,19 @@ def detach_mounts(tree: Tree, keep_source: str) -> list[str]:
         finally:
             for fd in fds:
                 os.close(fd)
-    return [f"detached {p} ({'mounted inside the job tree'})" for p in done]
+    return [f"detached {p} (mounted inside the job tree)" for p in done]
+
+
+def _walk_parents(tree: Tree) -> list[int]:
+    """fds of the base and each parent of the tree (never following a symlink)."""
+    fds = [open_base(tree.base, f"{tree.role} base")]
+    try:
+        for i, part in enumerate(tree.parents):
+            fds.append(open_dir(fds[-1], part,
+                                f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"))
+    except (FileNotFoundError, JobnsError):
+        pass
+    return fds
 
 
 def remove_recorded(tree: Tree) -> list[str]:
@@ -537,3 +691,10 @@ def in_use(tree: Tree) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def mounted_on(tree: Tree) -> bool:
+    """Is a file system mounted on the tree's root or one of its children? (Then looking
+    at them would ask that file system: a user's stalled FUSE server could hang us.)"""
+    tops = {tree.path, *(f"{tree.path}/{c}" for c in tree.children)}
+    return any(m.point in tops for m in mountinfo.under(tree.path))

@@ -37,23 +37,61 @@ ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", 
                 "REQUEUED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
                 "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE"}
 TEMP_MAX_AGE = 3600.0
+SQUEUE_CHUNK = 200  # job ids per squeue call
 
 
-def slurm_alive_jobs() -> set[str] | None:
-    """Ids of jobs Slurm still knows as alive, or None when Slurm cannot be asked."""
+def slurm_job_states(job_ids: list[str]) -> dict[str, str] | None:
+    """Slurm's state of each of these jobs (the ones recorded on this node: never the
+    whole queue, which on a big cluster is a full-queue query per node). A job missing
+    from the answer is unknown to the controller (never a Slurm job, or ended more than
+    MinJobAge ago). None when Slurm cannot be asked."""
+    states: dict[str, str] = {}
+    numeric = [j for j in job_ids if j.isdigit()]  # anything else is no Slurm job id
+    for i in range(0, len(numeric), SQUEUE_CHUNK):
+        chunk = numeric[i:i + SQUEUE_CHUNK]
+        got = _squeue(chunk)
+        if got is None and len(chunk) > 1:
+            # The query failed as a whole (squeue does when an id is unknown, e.g. a lone
+            # one on 22.05): ask per id, so one unknown id cannot hide the others.
+            got = {}
+            for job_id in chunk:
+                one = _squeue([job_id])
+                if one is None:
+                    return None
+                got.update(one)
+        if got is None:
+            return None
+        states.update(got)
+    return states
+
+
+def _squeue(job_ids: list[str]) -> dict[str, str] | None:
+    """{id: state} from one squeue call; {} for a lone id the controller does not know;
+    None when the call failed."""
     try:
-        r = subprocess.run(["squeue", "-h", "-a", "-o", "%A %T"], capture_output=True,
-                           text=True, timeout=30, check=False)
+        r = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-j", ",".join(job_ids),
+                            "-o", "%A %T"], capture_output=True, text=True, timeout=30,
+                           check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:
-        return None
-    alive = set()
+        return {} if len(job_ids) == 1 and "Invalid job id" in r.stderr else None
+    out = {}
     for line in r.stdout.splitlines():
-        job_id, _, st = line.partition(" ")
-        if st.strip() in ALIVE_STATES:
-            alive.add(job_id.strip())
-    return alive
+        job_id, _, st = line.strip().partition(" ")
+        out[job_id] = st.strip()
+    return out
+
+
+def say(text: str, job_id: str | None = None, user: str | None = None,
+        level: str = "", dry: bool = False) -> None:
+    """A line of gc's report (stdout); also to syslog (launcher.log) unless it is a dry
+    run."""
+    print(text)
+    if not dry:
+        from launcher.log import log
+
+        log(text, job_id, user, level=level or "info")
 
 
 def dead_by_record(state_dir: str, job_id: str, record: Record) -> bool:
@@ -87,16 +125,17 @@ def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
             record = records.load(config.state_dir, job_id)
             if record is None or record.state == "running":
                 return 0
-            print(f"{'would recover' if dry else 'recovering'} job {job_id} (alive in Slurm, "
-                  f"interrupted in state {record.state})")
+            say(f"{'would recover' if dry else 'recovering'} job {job_id} (alive in Slurm, "
+                f"interrupted in state {record.state})", job_id, record.user_name, dry=dry)
             if not dry:
-                print(f"job {job_id}: {recover_one(config, job_id, record)}")
+                say(f"job {job_id}: {recover_one(config, job_id, record)}", job_id,
+                    record.user_name)
                 if not state.is_set_up(config.state_dir, job_id):
                     lock.release_and_remove()
     except JobnsError as e:
         if "is held by another jobns" in str(e):
             return 0  # being set up or torn down right now
-        print(f"jobns gc: job {job_id}: {e}")
+        say(f"jobns gc: job {job_id}: {e}", job_id, level="error", dry=dry)
         return 1
     return 0
 
@@ -129,6 +168,10 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[st
             if not _job_id(job_id) or job_id in jobs or path in recorded:
                 continue
             tree = Tree(role, base, (), name, children, True)
+            if fs.mounted_on(tree):
+                # A user's mount on it (a stalled FUSE server would hang us): not proven
+                # dead, left alone (jobns status shows it).
+                continue
             if fs.looks_like_ours(tree) and not fs.in_use(tree):
                 found.append(tree)
     return found
@@ -157,20 +200,29 @@ def main(opts: Options, _command: list[str]) -> int:
     require_root("gc")
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
     dry = bool(opts.get("dry_run"))
-    alive = slurm_alive_jobs() if not opts.get("no_slurm") else None
     problems = 0
     recorded_paths: set[str] = set()
     jobs = set(state.list_jobs(config.state_dir))
+    slurm = slurm_job_states(sorted(jobs)) if not opts.get("no_slurm") else None
+    alive = None if slurm is None else {j for j, st in slurm.items() if st in ALIVE_STATES}
+    summary = {"dead_jobs": 0, "unknown_to_slurm": 0, "leftovers": 0, "problems": 0}
     for job_id in sorted(jobs):
         try:
             record = records.load(config.state_dir, job_id)
         except JobnsError as e:
             # Unreadable is not dead: its trees may be a running job's. Kept for the admin.
-            print(f"jobns gc: job {job_id}: damaged record kept, nothing of the job removed "
-                  f"(inspect it, then jobns teardown --job-id {job_id} --force): {e}")
+            say(f"jobns gc: job {job_id}: damaged record kept, nothing of the job removed "
+                f"(inspect it, then jobns teardown --job-id {job_id} --force): {e}", job_id,
+                level="error", dry=dry)
             problems += 1
             continue
         if record is None:
+            if os.path.isdir(state.job_dir(config.state_dir, job_id)):
+                # A job directory without its record (deleted?): not proven dead either.
+                say(f"jobns gc: job {job_id}: its state directory has no record; kept, "
+                    "nothing of the job removed (inspect it, then jobns teardown --job-id "
+                    f"{job_id} --force)", job_id, level="error", dry=dry)
+                problems += 1
             continue
         recorded_paths |= {t.tree.path for t in record.trees}
         dead = job_id not in alive if alive is not None else \
@@ -180,7 +232,15 @@ def main(opts: Options, _command: list[str]) -> int:
                 problems += recover_live(config, job_id, dry)
             continue
         why = "not alive in Slurm" if alive is not None else f"recorded state {record.state}"
-        print(f"{'would remove' if dry else 'removing'} job {job_id} ({why})")
+        summary["dead_jobs"] += 1
+        if slurm is not None and job_id not in slurm:
+            summary["unknown_to_slurm"] += 1
+            why = "unknown to Slurm"
+            say(f"jobns gc: warning: Slurm does not know job {job_id} (not a Slurm job, or it "
+                f"ended more than MinJobAge ago); {'it would be' if dry else 'it is'} removed",
+                job_id, record.user_name, level="warning", dry=dry)
+        say(f"{'would remove' if dry else 'removing'} job {job_id} ({why})", job_id,
+            record.user_name, dry=dry)
         if dry:
             continue
         try:
@@ -191,22 +251,29 @@ def main(opts: Options, _command: list[str]) -> int:
                     finish(config, job_id, fresh, force=True)
                 lock.release_and_remove()
         except UserError as e:
-            print(f"jobns gc: job {job_id}: kept: {e}")
+            say(f"jobns gc: job {job_id}: kept: {e}", job_id, record.user_name, "warning")
         except JobnsError as e:
-            print(f"jobns gc: job {job_id}: {e}")
+            say(f"jobns gc: job {job_id}: {e}", job_id, record.user_name, "error")
             problems += 1
     if not dry:
         # Containers whose holder was killed and whose poststop never ran (hook/holds.py).
         from hook.holds import sweep
 
         for err in sweep(config.state_dir, config):
-            print(f"jobns gc: {err}")
+            say(f"jobns gc: {err}", level="error")
             problems += 1
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
-        print(f"{'would remove' if dry else 'removing'} {tree.path} ({what})")
+        summary["leftovers"] += 1
+        say(f"{'would remove' if dry else 'removing'} {tree.path} ({what})", dry=dry)
         if not dry:
+            fs.detach_mounts(tree, "")  # what a dead job's user mounted deeper inside
             for err in fs.remove_recorded(tree):
-                print(f"jobns gc: {err}")
+                say(f"jobns gc: {err}", level="error")
                 problems += 1
+    if not dry:
+        from launcher.metrics import write_gc_summary
+
+        summary["problems"] = problems
+        write_gc_summary(config.state_dir, summary)
     return 125 if problems else 0

@@ -31,6 +31,12 @@ class _CInt(_C._SimpleCData):  # type: ignore[misc]
     _type_ = "i"
 
 
+class _CLong(_C._SimpleCData):  # type: ignore[misc]
+    """C long: syscall(2) is variadic and reads every argument as a long."""
+
+    _type_ = "l"
+
+
 class _LibcFunction(_C.CFuncPtr):  # type: ignore[misc]
     _flags_ = _C.FUNCFLAG_CDECL | _C.FUNCFLAG_USE_ERRNO
     _restype_ = _CInt
@@ -76,6 +82,7 @@ _umount2 = _function("umount2")
 _unshare = _function("unshare")
 _setns = _function("setns")
 _renameat2 = _function("renameat2")
+_syscall = _function("syscall")
 
 
 def oserror(op: str, path: str | None = None) -> OSError:
@@ -113,6 +120,7 @@ def setns(fd: int, nstype: int, what: str = "") -> None:
 
 
 RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
 
 
 def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
@@ -120,3 +128,26 @@ def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
     if _renameat2(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new),
                        RENAME_NOREPLACE) < 0:
         raise oserror(f"rename {old!r} -> {new!r}", new)
+
+
+def rename_exchange(dir_fd: int, a: str, b: str) -> None:
+    """renameat2(RENAME_EXCHANGE) within one directory: swap two entries atomically."""
+    if _renameat2(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), RENAME_EXCHANGE) < 0:
+        raise oserror(f"exchange {a!r} <-> {b!r}", b)
+
+
+SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (Linux 5.6+)
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_SYMLINKS = 0x04
+
+
+def openat2(dir_fd: int, name: str, flags: int, resolve: int) -> int:
+    """openat2(2): open name below dir_fd with RESOLVE_* limits, e.g. RESOLVE_NO_XDEV,
+    which fails with EXDEV rather than enter a mount (and so never sends a request to a
+    FUSE server mounted there). OSError(ENOSYS) on kernels without it."""
+    how = flags.to_bytes(8, "little") + bytes(8) + resolve.to_bytes(8, "little")
+    fd = _syscall(_CLong(SYS_OPENAT2), _CLong(dir_fd), os.fsencode(name), how,
+                  _CLong(len(how)))
+    if fd < 0:
+        raise oserror(f"openat2({name!r})", name)
+    return fd

@@ -84,8 +84,11 @@ RETRY_PAUSE = 1.0
 COMMENT_PREFIX = "jobns:"
 
 
-def warn(msg: str) -> None:
+def warn(msg: str, level: str = "warning") -> None:
     sys.stderr.write(f"jobns: {msg}\n")
+    from launcher.log import log
+
+    log(msg, level=level)  # the prolog's and epilog's output is discarded by Slurm
 
 
 def require_root(what: str) -> None:
@@ -338,14 +341,33 @@ def pre_run(config: Config, record: Record, job: Job, plan: Plan,
     records.enter(state_dir, record, "pre-run")
     for _ in range(3):  # a crashed earlier pre-run's pins (even stacked)
         pins.unpin(record.pins)
-    record.pins = pins.pin(plan, handles, job, state_dir)
+    record.pins = pins.pin(plan, handles, job, state_dir, enforce=config.enforce)
     records.save(state_dir, record)
     failure = run_program(config, record, "pre-run")
     if failure is not None:
         raise JobnsError(f"setup job {job_id}: {failure}; the job is torn down")
-    state.write_run_env(state_dir, job_id, run_env_values(record, config), job.user.uid)
+    state.write_run_env(state_dir, job_id, enforced_values(run_env_values(record, config),
+                                                           job, config.enforce),
+                        job.user.uid)
     record.ran = True
     records.enter(state_dir, record, "running")
+
+
+def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str, str]:
+    """run.env of a job the SPANK plugin enforces: `enforced=1` (its namespace is root's)
+    and, as `env.NAME=VALUE` lines, the job environment every task gets from the plugin
+    (the same for all its tasks; the per-task PMIx directories come from `jobns run` or
+    the TaskProlog `jobns env --format slurm`)."""
+    if not enforce:
+        return values
+    from launcher.environment import job_environment
+    from launcher.inputs import config_from_run_env
+
+    env = job_environment(config_from_run_env(values), job)
+    values = {**values, "enforced": "1"}
+    values.update((f"env.{k}", v) for k, v in sorted(env.items())
+                  if k not in ("PMIX_NSDIR", "PMIX_PROCDIR"))  # per step and rank
+    return values
 
 
 def abort(config: Config, job_id: str, record: Record, cause: BaseException) -> None:
@@ -424,11 +446,13 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
     job_pins = record.pins
     job_id = record.job_id
     held = pins.hold(job_pins)
+    user = pins.userns_of(job_pins)  # before unpin: nested namespaces are found through it
+    userns = user[1] if user is not None else None
     try:
         errors += pins.unpin(job_pins)
         dev, ino = job_pins.mnt_dev, job_pins.mnt_ino
         if held is not None and dev is not None and ino is not None:
-            errors += pins.terminate_namespace(dev, ino, record.kill_wait)
+            errors += pins.terminate_namespace(dev, ino, record.kill_wait, userns)
         staging = Staging.from_record(record.staging)
         scratch = staging.scratch_tree if staging is not None else None
         keep_scratch = False
@@ -454,19 +478,22 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             _clear_the_way(scratch, job_id)
             errors += fs.remove_recorded(scratch)
         if held is not None and dev is not None and ino is not None:
-            errors += pins.terminate_namespace(dev, ino, 0.0)  # a task that joined meanwhile
+            errors += pins.terminate_namespace(dev, ino, 0.0, userns)  # one that joined late
     finally:
         if held is not None:
             os.close(held)
+        if user is not None:
+            os.close(user[0])
     return errors
 
 
 def _clear_the_way(tree: Tree, job_id: str) -> None:
     """Before removing a tree: nobody may enter it any more (seal), and nothing the user
     mounted inside it (FUSE from the host) may stop or redirect the removal."""
-    fs.seal(tree)
+    fs.seal(tree)  # first: she cannot mount anew in a tree she can no longer enter
     for note in fs.detach_mounts(tree, sizelimit.source_name(tree.role, job_id)):
         warn(f"teardown {job_id}: {note}")
+    fs.seal(tree)  # again: a mount on the tree root hid the directory the first one saw
 
 
 def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = False,
@@ -492,7 +519,7 @@ def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = F
     record.teardown_failures += 1
     records.enter(state_dir, record, "teardown-fail")
     for err in errors:
-        sys.stderr.write(f"jobns: teardown {job_id}: {err}\n")
+        warn(f"teardown {job_id}: {err}", level="error")
     if force:
         state.remove_job_dir(state_dir, job_id)
         raise JobnsError(f"teardown job {job_id}: forgot its record (--force) although "

@@ -13,7 +13,11 @@ forks a *holder* (launcher.fork: it holds nothing of root's) that detaches the
 state directory in a root-owned scratch namespace, becomes the job user, creates a
 user namespace (mapping only that user) with the job's mount namespace inside it,
 makes the binds, and waits while root pins both. A job run by root gets a plain
-mount namespace.
+mount namespace, and so does every job when the site enforces namespaces through
+Slurm (`[slurm] enforce = true`): the SPANK plugin (hook/spank/jobns_spank.c) joins
+it as root in each task before slurmstepd drops privileges, so no user namespace is
+needed, and a namespace owned by the host's user namespace is one no job user can
+mount in.
 
 Such a namespace is the user's: she can mount over anything inside it. Root
 therefore never enters it (SECURITY.md rule 1): `jobns run` as root becomes the job
@@ -103,12 +107,14 @@ def outrank(pinner_id: int | None) -> None:
                      f"prolog's ({pinner_id}); the kernel would refuse to pin it")
 
 
-def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str) -> Pins:
-    """Create the job's namespace(s) in a holder child and pin them; the pins record."""
+def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str,
+        enforce: bool = False) -> Pins:
+    """Create the job's namespace(s) in a holder child and pin them; the pins record.
+    enforce: root's namespace for every job (the SPANK plugin joins it as root)."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
     pinner_id = mntns_id()
     user_pin, mnt_pin = paths(state_dir, job.job_id)
-    userns = job.user.uid != 0
+    userns = job.user.uid != 0 and not enforce
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
 
@@ -196,9 +202,18 @@ def unpin(pinned: Pins) -> list[str]:
     return errors
 
 
-def processes_in_namespace(dev: int, ino: int) -> list[int]:
-    """Every process whose mount namespace is (dev, ino)."""
+NS_GET_PARENT = 0xB702  # _IO(0xb7, 0x2): the parent of a user namespace
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3): a namespace file's CLONE_NEW* type
+NsId = tuple[int, int]   # (st_dev, st_ino) of a namespace file
+
+
+def processes_in_namespace(dev: int, ino: int, userns: NsId | None = None) -> list[int]:
+    """Every process of the job: its mount namespace is (dev, ino), or (a job whose
+    namespace lives in a user namespace of its own) its user namespace is the job's or
+    one nested below it. A task that made a namespace of its own (`unshare -Urm` in the
+    job) has left the job's mount namespace, but never the user namespace it came from."""
     me = os.getpid()
+    host_userns = _ns_id("/proc/self/ns/user")
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
@@ -207,14 +222,74 @@ def processes_in_namespace(dev: int, ino: int) -> list[int]:
             st = os.stat(f"/proc/{name}/ns/mnt")
         except OSError:
             continue  # gone, or a zombie (its namespaces are already released)
-        if (st.st_dev, st.st_ino) == (dev, ino):
+        if (st.st_dev, st.st_ino) == (dev, ino) or (
+                userns is not None and _below(f"/proc/{name}/ns/user", userns, host_userns)):
             out.append(int(name))
     return out
 
 
-def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
+def _ns_id(path: str) -> NsId | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _below(path: str, userns: NsId, host: NsId | None) -> bool:
+    """Is the user namespace at path `userns` or nested below it?"""
+    import fcntl
+
+    mine = _ns_id(path)
+    if mine is None or mine == host:
+        return False  # the host's: most processes, and never the job's
+    if mine == userns:
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        for _depth in range(33):  # the kernel nests user namespaces 32 deep at most
+            try:
+                parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            except OSError:
+                return False  # reached the top (EPERM) or the process is gone
+            os.close(fd)
+            fd = parent
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == userns:
+                return True
+            if (st.st_dev, st.st_ino) == host:
+                return False
+        return False
+    finally:
+        os.close(fd)
+
+
+def userns_of(pinned: Pins) -> tuple[int, NsId] | None:
+    """(an fd holding it, its id) of the job's user namespace while pinned, else None."""
+    if pinned.user is None:
+        return None
+    try:
+        fd = os.open(pinned.user, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    import fcntl
+
+    try:
+        fcntl.ioctl(fd, NS_GET_NSTYPE)  # ENOTTY: the bare pin file, already unpinned
+    except OSError:
+        os.close(fd)
+        return None
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
+
+
+def terminate_namespace(dev: int, ino: int, kill_wait: float,
+                        userns: NsId | None = None) -> list[str]:
     """SIGCONT+SIGTERM, wait kill_wait, SIGKILL, wait for all; errors if any survive."""
-    pids = processes_in_namespace(dev, ino)
+    pids = processes_in_namespace(dev, ino, userns)
     if not pids:
         return []
     signal_all(pids, signal.SIGCONT)
@@ -222,7 +297,7 @@ def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
     deadline = time.monotonic() + kill_wait
     while pids and time.monotonic() < deadline:
         time.sleep(0.05)
-        pids = processes_in_namespace(dev, ino)
+        pids = processes_in_namespace(dev, ino, userns)
     deadline = time.monotonic() + UNKILLABLE_WAIT
     while pids:
         signal_all(pids, signal.SIGKILL)
@@ -230,7 +305,7 @@ def terminate_namespace(dev: int, ino: int, kill_wait: float) -> list[str]:
             return [f"terminate the job's processes: {sorted(pids)} still alive after SIGKILL "
                     f"(stuck in the kernel?); see /proc/PID/stack"]
         time.sleep(0.05)
-        pids = processes_in_namespace(dev, ino)
+        pids = processes_in_namespace(dev, ino, userns)
     return []
 
 
@@ -260,8 +335,12 @@ def terminate(pinned: Pins, kill_wait: float) -> list[str]:
     held = hold(pinned)
     if held is None:
         return []
+    user = userns_of(pinned)
     try:
         assert pinned.mnt_dev is not None and pinned.mnt_ino is not None
-        return terminate_namespace(pinned.mnt_dev, pinned.mnt_ino, kill_wait)
+        return terminate_namespace(pinned.mnt_dev, pinned.mnt_ino, kill_wait,
+                                   user[1] if user else None)
     finally:
         os.close(held)
+        if user is not None:
+            os.close(user[0])

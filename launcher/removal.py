@@ -13,14 +13,34 @@ import errno
 import os
 import stat
 
+from launcher import libc
+
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_DEPTH = 48  # deeper directories are moved up to the tree root, so fds stay bounded
+
+
+_OPENAT2 = [True]  # until the kernel says ENOSYS
+
+
+def open_dir_here(parent_fd: int, name: str) -> int:
+    """Open a subdirectory without following a symlink and without crossing into a file
+    system mounted there: EXDEV, before anything of that file system is touched (a
+    stalled FUSE server a user mounted in her tree must not hang root's removal)."""
+    if _OPENAT2[0]:
+        try:
+            return libc.openat2(parent_fd, name, O_DIR, libc.RESOLVE_NO_XDEV
+                                | libc.RESOLVE_NO_SYMLINKS)
+        except OSError as e:
+            if e.errno != errno.ENOSYS:
+                raise
+            _OPENAT2[0] = False
+    return os.open(name, O_DIR, dir_fd=parent_fd)  # the st_dev check below still guards
 
 
 def _open_for_clearing(parent_fd: int, name: str) -> int:
     """Open a subdirectory to empty it; an unprivileged owner first grants itself rwx."""
     try:
-        fd = os.open(name, O_DIR, dir_fd=parent_fd)
+        fd = open_dir_here(parent_fd, name)
     except PermissionError:
         # Mode 000 (or similar) directory of our own: chmod it through an O_PATH fd,
         # which pins the very inode we checked and cannot be redirected by a symlink.
@@ -31,7 +51,7 @@ def _open_for_clearing(parent_fd: int, name: str) -> int:
             os.chmod(f"/proc/self/fd/{pfd}", 0o700)
         finally:
             os.close(pfd)
-        fd = os.open(name, O_DIR, dir_fd=parent_fd)
+        fd = open_dir_here(parent_fd, name)
     if os.geteuid() != 0:
         st = os.fstat(fd)
         if st.st_mode & 0o700 != 0o700:
@@ -131,7 +151,10 @@ def _remove_subdir(root_fd: int | None, parent_fd: int, name: str, path: str, de
     except FileNotFoundError:
         return
     except OSError as e:
-        errors.append(f"open {path}: {e.strerror}")
+        if e.errno == errno.EXDEV:
+            errors.append(f"remove {path}: a file system is mounted there; unmount it first")
+        else:
+            errors.append(f"open {path}: {e.strerror}")
         return
     try:
         if os.fstat(sub).st_dev != dev:

@@ -15,6 +15,7 @@ from launcher.environment import job_environment
 from launcher.errors import JobnsError
 from launcher.inputs import Options, config_from_run_env, job_from
 from launcher.job import Job, hostname, job_id_from, lookup_user, pmix_identity
+from launcher.plan import Tree
 
 
 def env_main(opts: Options, _command: list[str]) -> int:
@@ -23,10 +24,17 @@ def env_main(opts: Options, _command: list[str]) -> int:
     raw_id = opts.get("job_id")
     job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
     fmt = str(opts.get("format") or "sh")
-    if fmt not in ("sh", "json"):
-        raise JobnsError(f"--format {fmt!r}: expected sh or json")
-    values = state.read_run_env(config.state_dir, job_id)
-    if values is not None:
+    if fmt not in ("sh", "json", "slurm"):
+        raise JobnsError(f"--format {fmt!r}: expected sh, json or slurm")
+    from launcher.enforced import inside_job
+
+    inside = inside_job(environ, job_id)
+    # Inside a job enforced through Slurm the state is hidden: the plugin has set the
+    # job-wide variables already; this adds the step's and rank's PMIx ones.
+    values = None if inside else state.read_run_env(config.state_dir, job_id)
+    if inside:
+        env = job_environment(config_from_run_env({}), job_from(opts, environ))
+    elif values is not None:
         user = lookup_user(values["uid"])
         nspace, rank = pmix_identity(job_id, environ)
         job = Job(job_id, user, hostname(), values["layout"], False, nspace, rank)
@@ -35,6 +43,23 @@ def env_main(opts: Options, _command: list[str]) -> int:
         env = job_environment(config, job_from(opts, environ))
     if fmt == "json":
         print(json.dumps(env, indent=2, sort_keys=True))
+    elif fmt == "slurm":
+        # A Slurm TaskProlog: slurmstepd takes `export NAME=value` verbatim (no quoting,
+        # one line each), and the task runs as the job user in the job's namespace, so
+        # its PMIx directories are made here, as `jobns run` makes them.
+        if inside:
+            from launcher.environment import pmix_dirs
+
+            for d in pmix_dirs(env):
+                try:
+                    os.mkdir(d, 0o700)
+                except FileExistsError:
+                    pass
+                except OSError as e:
+                    raise JobnsError(f"create {d} inside the job: {e.strerror}") from None
+        for k, v in sorted(env.items()):
+            if "\n" not in v:
+                print(f"export {k}={v}")
     else:
         # Slurm's TaskProlog reads "export NAME=value" lines verbatim; shlex.quote leaves
         # every value jobns makes (paths, ids) bare, so both readings agree on them.
@@ -44,13 +69,22 @@ def env_main(opts: Options, _command: list[str]) -> int:
 
 
 def tree_bytes(path: str) -> int | None:
-    """Disk use (st_blocks) below path without following symlinks; None if unreadable."""
+    """Disk use (st_blocks) below path without following symlinks and without entering a
+    file system mounted inside (a user's stalled FUSE server must not hang status); None
+    if unreadable or if something is mounted on path itself."""
+    from launcher.mountinfo import under
+
+    mounted = {m.point for m in under(path)}
+    if path.rstrip("/") in mounted:
+        return None
     total = 0
     try:
         stack = [path]
         while stack:
             with os.scandir(stack.pop()) as it:
                 for entry in it:
+                    if entry.path in mounted:
+                        continue  # never stat it: that would ask the mounted file system
                     st = entry.stat(follow_symlinks=False)
                     total += st.st_blocks * 512
                     if entry.is_dir(follow_symlinks=False):
@@ -99,7 +133,7 @@ def standalone(config: config_mod.Config, recorded: set[str], root: bool
     import pwd
 
     from launcher import fs
-    from launcher.plan import TMP_TARGETS, Tree
+    from launcher.plan import TMP_TARGETS
 
     found: dict[str, dict[str, object]] = {}
     children = tuple(c for c, _ in TMP_TARGETS)
@@ -113,6 +147,8 @@ def standalone(config: config_mod.Config, recorded: set[str], root: bool
             tree = Tree(role, base, (), name, kids, True)
             if not name.startswith("job-") or tree.path in recorded or "~" in name:
                 continue
+            if fs.mounted_on(tree):
+                continue  # a user's mount on it: never touched (it could hang us)
             try:
                 st = os.lstat(tree.path)
             except OSError:
@@ -163,14 +199,22 @@ def human(n: object) -> str:
 
 def status_main(opts: Options, _command: list[str]) -> int:
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
+    fmt = str(opts.get("format") or ("json" if opts.get("json") else "table"))
+    if fmt not in ("table", "json", "prometheus"):
+        raise JobnsError(f"status: --format {fmt!r}: expected table, json or prometheus")
     jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
     from launcher.mountinfo import propagation_warning
 
     warning = propagation_warning()
+    if fmt == "prometheus":  # for node_exporter's textfile collector (launcher.metrics)
+        from launcher.metrics import status_text
+
+        sys.stdout.write(status_text(config.state_dir, jobs, warning))
+        return 0
     if warning:
         sys.stderr.write(f"jobns: warning: {warning}\n")
-    if opts.get("json"):
+    if fmt == "json":
         print(json.dumps({"jobs": jobs, "users": totals}, indent=2, sort_keys=True))
         return 0
     print(f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  PATHS")
