@@ -240,8 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(argv)
 
 
+LOGGED = ("setup", "teardown", "gc", "recover")  # they log to syslog too (launcher.log)
+
+
 def dispatch(argv: list[str]) -> int:
     cmd = None
+    opts: dict[str, str | bool | None] = {}
     try:
         if not argv or argv[0] in ("-h", "--help", "help"):
             print(usage())
@@ -258,9 +262,13 @@ def dispatch(argv: list[str]) -> int:
             return EXIT_OK
         module, _, func = cmd.handler.partition(":")
         handler = getattr(__import__(module, fromlist=[func]), func)
-        return int(handler(opts, command))
+        _log(cmd, opts, None, None)
+        code = int(handler(opts, command))
+        _log(cmd, opts, code, None)
+        return code
     except JobnsError as e:
         sys.stderr.write(f"jobns: {e}\n")
+        _log(cmd, opts, e.code, str(e))
         return e.code
     except KeyboardInterrupt:
         return EXIT_JOBNS_FAILED
@@ -278,7 +286,18 @@ def dispatch(argv: list[str]) -> int:
         where = f"jobns {argv[0]}" if cmd is not None else "jobns"
         sys.stderr.write(f"jobns: internal error in {where}: {type(e).__name__}: {e} "
                          "(a bug in jobns; JOBNS_DEBUG=1 shows the traceback)\n")
+        _log(cmd, opts, EXIT_JOBNS_FAILED, f"internal error: {type(e).__name__}: {e}")
         return EXIT_JOBNS_FAILED
+
+
+def _log(cmd: Command | None, opts: dict[str, str | bool | None], code: int | None,
+         error: str | None) -> None:
+    """setup, teardown, gc and recover log their start context and outcome to syslog."""
+    if cmd is None or cmd.name not in LOGGED or opts.get("dry_run") or opts.get("help"):
+        return
+    from launcher import log
+
+    log.command_line(cmd.name, opts, code, error)
 
 
 def _silence_stdout() -> None:

@@ -289,4 +289,7 @@ def enter(state_dir: str, record: Record, new: str) -> None:
     """Move the job to a new state and persist it before any of that state's work."""
     record.set_state(new)
     save(state_dir, record)
+    from launcher.log import log
+
+    log(f"state {new}", record.job_id, record.user_name)
     state_mod.pause_point(new)

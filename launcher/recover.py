@@ -13,6 +13,7 @@ from launcher.errors import JobnsError
 from launcher.inputs import Options
 from launcher.job import safe_component
 from launcher.lifecycle import recover_one, require_root
+from launcher.log import log
 
 
 def main(opts: Options, _command: list[str]) -> int:
@@ -34,11 +35,14 @@ def main(opts: Options, _command: list[str]) -> int:
         try:
             record = records.load(config.state_dir, job_id)
             if record is not None:
-                print(f"job {job_id}: {recover_one(config, job_id, record)}")
+                done = recover_one(config, job_id, record)
+                print(f"job {job_id}: {done}")
+                log(done, job_id, record.user_name)
             if not state.is_set_up(config.state_dir, job_id):
                 lock.release_and_remove()
         except JobnsError as e:
             print(f"jobns recover: job {job_id}: {e}", file=sys.stderr)
+            log(str(e), job_id, level="error")
             problems += 1
         finally:
             lock.__exit__()
