@@ -13,14 +13,15 @@ from launcher.errors import JobnsError
 LAYOUTS = ("local", "shared", "per-node")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_COMPONENT = 128
+PMIX_MAX_NSLEN = 255
 
 
-def safe_component(value: str, what: str, fix: str) -> str:
+def safe_component(value: str, what: str, fix: str, limit: int = MAX_COMPONENT) -> str:
     """value if it is one harmless path component, else a JobnsError naming `what`."""
     if not value:
         raise JobnsError(f"{what} is empty; {fix}")
-    if len(value) > MAX_COMPONENT:
-        raise JobnsError(f"{what} {value[:40]!r}... is longer than {MAX_COMPONENT} characters; "
+    if len(value) > limit:
+        raise JobnsError(f"{what} {value[:40]!r}... is longer than {limit} characters; "
                          f"{fix}")
     if value in (".", "..") or not set(value) <= _SAFE:
         raise JobnsError(f"{what} {value!r} is not a safe path component (letters, digits, "
@@ -66,8 +67,10 @@ def lookup_user(spec: str) -> User:
     import pwd
 
     try:
-        pw = pwd.getpwuid(int(spec)) if spec.isdigit() else pwd.getpwnam(spec)
-    except (KeyError, OverflowError):
+        # isascii(): '²' is a digit to str.isdigit but no number to int().
+        pw = pwd.getpwuid(int(spec)) if spec.isascii() and spec.isdigit() else \
+            pwd.getpwnam(spec)
+    except (KeyError, OverflowError, ValueError):  # ValueError: a NUL or a lone surrogate
         raise JobnsError(f"look up user {spec!r}: no such user (check --user, "
                          "SLURM_JOB_USER or SLURM_JOB_UID)") from None
     # getgrouplist asks NSS for this one user (no enumeration of a site's LDAP).
@@ -141,7 +144,7 @@ def layout_from(flag: str | None) -> str:
         return "shared"
     if flag == "per-node":
         return "per-node"
-    raise JobnsError(f"--use-shared-tmpdir={flag}: expected no value or 'per-node'")
+    raise JobnsError(f"--use-shared-tmpdir={flag!r}: expected no value or 'per-node'")
 
 
 def pmix_identity(job_id: str, environ: dict[str, str]) -> tuple[str, str]:
@@ -152,7 +155,9 @@ def pmix_identity(job_id: str, environ: dict[str, str]) -> tuple[str, str]:
         nspace = f"slurm.pmix.{job_id}.{environ['SLURM_STEP_ID']}"
     nspace = nspace or f"jobns.{job_id}"
     rank = environ.get("PMIX_RANK") or environ.get("SLURM_PROCID") or "0"
-    safe_component(nspace, "PMIx namespace", "check PMIX_NAMESPACE / SLURM_STEP_ID")
-    if not rank.isdigit():
+    # PMIx allows 255 characters (PMIX_MAX_NSLEN): a job id of 128 with jobns.'s prefix fits.
+    safe_component(nspace, "PMIx namespace", "check PMIX_NAMESPACE / SLURM_STEP_ID",
+                   limit=PMIX_MAX_NSLEN)
+    if not (rank.isascii() and rank.isdigit()):
         raise JobnsError(f"PMIx rank {rank!r} is not a number (check PMIX_RANK / SLURM_PROCID)")
     return nspace, rank

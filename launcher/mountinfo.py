@@ -20,7 +20,7 @@ def unescape(field: str) -> str:
     out, i = [], 0
     while i < len(field):
         code = field[i + 1:i + 4]
-        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+        if field[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
             out.append(chr(int(code, 8)))
             i += 4
         else:
@@ -47,7 +47,7 @@ def under(path: str) -> list[Mount]:
     """Mounts at path or anywhere below it, shallowest first (then bottom first)."""
     top = path.rstrip("/")
     inside = [m for m in mounts() if m.point == top or m.point.startswith(top + "/")]
-    return sorted(inside, key=lambda m: m.point.count("/"))
+    return sorted(inside, key=lambda m: 0 if m.point == "/" else m.point.count("/"))
 
 
 def propagation_warning() -> str:

@@ -16,7 +16,8 @@ PACKAGES = ("launcher", "hook", "schemas")
 # lifecycle -> record/pins/staging/fs -> plan/job/config/state -> libc).
 COMMANDS = {"launcher.cli", "launcher.run", "launcher.setup", "launcher.teardown",
             "launcher.recover", "launcher.gc", "launcher.report", "hook.hook",
-            "hook.oci_config"}
+            "hook.oci_config",
+            "launcher.manpage"}  # not a command: a tool that renders cli's help as a man page
 LOW = {"launcher.libc", "launcher.errors", "launcher.plan", "launcher.job",
        "launcher.config", "launcher.state", "launcher.fork", "launcher.removal",
        "launcher.mountinfo", "launcher.fastimport", "launcher.jsonfast", "launcher.validate",
