@@ -69,6 +69,12 @@ FORMAT = Opt("--format", VALUE, "sh (export lines, usable as a Slurm TaskProlog)
 JSON = Opt("--json", FLAG, "machine-readable output")
 GC_DRY = Opt("--dry-run", FLAG, "say what would be removed; remove nothing")
 NO_SLURM = Opt("--no-slurm", FLAG, "do not ask Slurm which jobs are alive; use recorded state")
+STATUS_FORMAT = Opt("--format", VALUE, "table (default), json (as --json) or prometheus "
+                    "(node_exporter textfile format: bytes used, capacities, jobs by state, "
+                    "teardown failures, what the last gc found)", "table|json|prometheus")
+SLURM_CONF = Opt("--slurm-conf", VALUE, "Slurm's configuration to check (default: "
+                 "$SLURM_CONF, else /etc/slurm/slurm.conf)", "PATH")
+CDI_DIR = Opt("--cdi-dir", VALUE, "the CDI spec directory to check (default: /etc/cdi)", "DIR")
 
 COMMANDS: dict[str, Command] = {c.name: c for c in [
     Command("run", "launcher.run:main",
@@ -122,7 +128,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
             [JOB_ID, USER, SHARED, CONFIG, FORMAT]),
     Command("status", "launcher.report:status_main",
             "every job jobns holds on this node, with bytes used and per-user totals",
-            [CONFIG, JSON]),
+            [CONFIG, JSON, STATUS_FORMAT]),
     Command("gc", "launcher.gc:main",
             "remove what is left of jobs that no longer exist (root)",
             [CONFIG, GC_DRY, NO_SLURM]),

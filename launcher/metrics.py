@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 GC_SUMMARY = "gc.json"
 GC_FIELDS = ("dead_jobs", "unknown_to_slurm", "leftovers", "problems")
@@ -133,6 +137,48 @@ def render(jobs: list[dict[str, object]], gc: dict[str, float] | None,
     return "\n".join(out.lines) + "\n"
 
 
-def status_text(state_dir: str, jobs: list[dict[str, object]], warning: str) -> str:
+def capacity_used(path: str, source: str) -> int | None:
+    """Bytes used in a job's capacity tmpfs (`jobns status` does not look inside a mount:
+    a user's stalled FUSE server must not hang it), from statvfs, but only while the
+    topmost mount on path is jobns's own tmpfs (source jobns-ROLE-ID), which never hangs."""
+    from launcher.mountinfo import mounts
+
+    top = [m for m in mounts() if m.point == path.rstrip("/")]
+    if not top or top[-1].fstype != "tmpfs" or top[-1].source != source:
+        return None
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def fill_capacity_bytes(jobs: list[dict[str, object]],
+                        tree_bytes: Callable[[str], int | None]) -> None:
+    """Bytes used of recorded jobs whose trees have a capacity (status leaves them None);
+    tree_bytes: how status counts a tree without a capacity."""
+    from launcher.plan import tree_from_record
+    from launcher.sizelimit import source_name
+
+    for j in jobs:
+        trees = j.get("trees")
+        if j.get("bytes") is not None or not isinstance(trees, list):
+            continue
+        total: int | None = 0
+        for t in trees:
+            if not isinstance(t, dict):
+                continue
+            path = tree_from_record(t).path
+            if t.get("capacity") is not None:
+                used = capacity_used(path, source_name(str(t.get("role")), str(j["job_id"])))
+            else:
+                used = tree_bytes(path)
+            total = None if used is None or total is None else total + used
+        j["bytes"] = total
+
+
+def status_text(state_dir: str, jobs: list[dict[str, object]], warning: str,
+                tree_bytes: Callable[[str], int | None]) -> str:
+    fill_capacity_bytes(jobs, tree_bytes)
     gc = read_gc_summary(state_dir) if os.geteuid() == 0 else None
     return render(jobs, gc, warning)

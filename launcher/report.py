@@ -210,7 +210,7 @@ def status_main(opts: Options, _command: list[str]) -> int:
     if fmt == "prometheus":  # for node_exporter's textfile collector (launcher.metrics)
         from launcher.metrics import status_text
 
-        sys.stdout.write(status_text(config.state_dir, jobs, warning))
+        sys.stdout.write(status_text(config.state_dir, jobs, warning, tree_bytes))
         return 0
     if warning:
         sys.stderr.write(f"jobns: warning: {warning}\n")
