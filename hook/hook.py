@@ -54,11 +54,14 @@ def main(opts: Options, command: list[str]) -> int:
     if stage == oci.POSTSTOP:
         poststop(config, st.bundle, cid)
     else:
-        create(config, st, cid)
+        job_id = opts.get("job_id")
+        create(config, st, cid, None if job_id is None else str(job_id))
     return 0
 
 
-def create(config: Config, st: oci.OciState, cid: str) -> None:
+def create(config: Config, st: oci.OciState, cid: str, set_up: str | None = None) -> None:
+    """set_up: the job id --job-id names (a job spec's CDI hook): that job, which a prolog
+    must have set up here; the container's annotations and environment do not count."""
     from hook import bundle as bundle_mod
     from hook import identity, mounts
     from launcher import state
@@ -72,6 +75,10 @@ def create(config: Config, st: oci.OciState, cid: str) -> None:
     # or a user name is anybody's to write, so they must agree with it (identity.py).
     ids = b.process_ids(st.pid)
     # The state's annotations are the runtime's word; config.json's the bundle author's.
+    if set_up is not None:
+        # The CDI spec's hook: the runtime bound the job's directories already; check whose
+        # container it is, and that what was bound is the job's (SECURITY.md rule 7).
+        return check_set_up(config, st, cid, set_up, b, ids[0])
     job, named = identity.job_of({**b.annotations, **st.annotations}, b, cid, ids=ids)
     identity.check_named(who, ids[0], job.user, named)
     try:
@@ -140,6 +147,42 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
         raise
     for h in handles:
         h.close()  # the holder has its own copies (and with them the share locks)
+
+
+def check_set_up(config: Config, st: oci.OciState, cid: str, job_id: str, b: Bundle,
+                 container_uid: int) -> None:
+    """createRuntime for a job named by --job-id (its CDI spec's hook): the job must be
+    set up here and owned by the container's user; its trees are bound where the runtime
+    did not bind them (or bound something else: a tree renamed and replaced by a link
+    after the spec was written), so the container sees exactly the verified trees."""
+    from hook import identity, mounts
+    from launcher.job import User, safe_component
+
+    job_id = safe_component(job_id, "--job-id", "name a job jobns setup prepared")
+    who = f"container {cid}"
+    if st.pid <= 0:
+        raise JobnsError(f"createRuntime hook of container {cid}: the OCI state has no pid; "
+                         "run jobns as a createRuntime or prestart hook")
+    record = recorded(config.state_dir, job_id)
+    if record is None:
+        raise JobnsError(f"{who}: job {job_id} is not set up on this node (no jobns setup, or "
+                         "it was torn down); start the container inside the job")
+    owner = User(record.user_name, record.uid, record.gid, (record.gid,), "/")
+    identity.check_owner(who, container_uid, job_id, owner)
+    from launcher.record import job_of
+
+    plan = recorded_plan(config, job_of(record, owner), "", who, record, container_uid)
+    uid, gid = plan.owner
+    ns_fd = mounts.open_namespace(st.pid, cid)
+    try:
+        handles = acquire_all(plan, uid, gid, create=False, lock=False)
+        try:
+            mounts.apply(ns_fd, f"/proc/{st.pid}/ns/mnt", b.rootfs, plan, handles)
+        finally:
+            for h in handles:
+                h.close()
+    finally:
+        os.close(ns_fd)
 
 
 def recorded(state_dir: str, job_id: str) -> Record | None:

@@ -262,6 +262,15 @@ def main(opts: Options, _command: list[str]) -> int:
         for err in sweep(config.state_dir, config):
             say(f"jobns gc: {err}", level="error")
             problems += 1
+    # CDI specs of jobs with no record left (a teardown that crashed, a record removed).
+    from launcher import cdi
+
+    for job_id in cdi.orphans(config, lambda: set(state.list_jobs(config.state_dir))):
+        say(f"{'would remove' if dry else 'removing'} the CDI spec of job {job_id} (no job "
+            "record)", job_id, dry=dry)
+        for err in [] if dry else cdi.remove(config, job_id):
+            say(f"jobns gc: {err}", level="error")
+            problems += 1
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
         summary["leftovers"] += 1

@@ -48,7 +48,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher import fs, pins, sizelimit, state
+from launcher import cdi, fs, pins, sizelimit, state
 from launcher import record as records
 from launcher.errors import JobnsError, UserError
 from launcher.inputs import Options
@@ -349,6 +349,9 @@ def pre_run(config: Config, record: Record, job: Job, plan: Plan,
     state.write_run_env(state_dir, job_id, enforced_values(run_env_values(record, config),
                                                            job, config.enforce),
                         job.user.uid)
+    # Containers of the job through CDI (launcher.cdi): the spec names the trees verified
+    # by these handles, and is written only now, when tasks may join.
+    cdi.publish(config, job, plan, handles)
     record.ran = True
     records.enter(state_dir, record, "running")
 
@@ -390,6 +393,11 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
     JobnsError when the node could not tear the job down."""
     state_dir = config.state_dir
     st = record.state
+    # First: no new container gets the job through its CDI spec (in any state: a crashed
+    # setup may have written it).
+    cdi_errors = cdi.remove(config, job_id)
+    if cdi_errors:
+        raise JobnsError(f"teardown job {job_id}: {cdi_errors[0]}")
     if st in ("complete", state.REFUSED):
         errors = state.remove_job_dir(state_dir, job_id)
         if errors:

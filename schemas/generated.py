@@ -97,6 +97,54 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                'type': ['string',
                                                                                         'integer']}},
                                                     'type': 'object'},
+                                       'cdi': {'additionalProperties': False,
+                                               'description': 'A CDI spec per set-up job (README '
+                                                              "'CDI').",
+                                               'properties': {'dir': {'description': 'CDI spec '
+                                                                                     'directory '
+                                                                                     '(/var/run/cdi '
+                                                                                     'or '
+                                                                                     '/etc/cdi); '
+                                                                                     'empty: no '
+                                                                                     'specs (the '
+                                                                                     'default).',
+                                                                      'maxLength': 4096,
+                                                                      'pattern': '^(/[^/\\u0000]+)+/?$|^$',
+                                                                      'type': 'string'},
+                                                              'owner_check': {'description': 'Put '
+                                                                                             'a '
+                                                                                             'createRuntime '
+                                                                                             'hook '
+                                                                                             'in '
+                                                                                             'the '
+                                                                                             'spec '
+                                                                                             'that '
+                                                                                             'checks '
+                                                                                             'the '
+                                                                                             "container's "
+                                                                                             'user '
+                                                                                             'is '
+                                                                                             'the '
+                                                                                             "job's "
+                                                                                             'owner '
+                                                                                             '(default '
+                                                                                             'true).',
+                                                                              'type': 'boolean'},
+                                                              'version': {'description': 'cdiVersion '
+                                                                                         'written '
+                                                                                         '(default '
+                                                                                         '0.5.0: '
+                                                                                         'Podman '
+                                                                                         '4.3 '
+                                                                                         'ignores '
+                                                                                         'newer '
+                                                                                         'specs).',
+                                                                          'enum': ['0.5.0',
+                                                                                   '0.6.0',
+                                                                                   '0.7.0',
+                                                                                   '0.8.0',
+                                                                                   '1.0.0']}},
+                                               'type': 'object'},
                                        'directives': {'additionalProperties': False,
                                                       'description': '#JOBNS directives in batch '
                                                                      'scripts (README '
