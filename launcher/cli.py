@@ -132,6 +132,18 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
     Command("gc", "launcher.gc:main",
             "remove what is left of jobs that no longer exist (root)",
             [CONFIG, GC_DRY, NO_SLURM]),
+    Command("doctor", "launcher.doctor:main",
+            "check this node's readiness for jobns and say what to fix (root)",
+            [CONFIG, SLURM_CONF, CDI_DIR],
+            help="Checks the kernel's user-namespace settings (user.max_user_namespaces, "
+                 "kernel.unprivileged_userns_clone), loop devices (/dev/loop-control), the "
+                 "state directory (root's, not writable by others, POSIX ACLs), the bases "
+                 "(root's, sticky if world-writable, their file systems), the propagation "
+                 "of / (shared, so host mounts made later reach running jobs), slurm.conf's "
+                 "Prolog, Epilog and PlugStackConfig (and a jobns SPANK plugin named in "
+                 "plugstack.conf), and the CDI directory. Prints one line per check: 'ok:', "
+                 "'note:' (worth knowing, not a problem) or 'problem:' with what to fix.\n"
+                 "Exit status: 0 when the node is ready, 125 when any problem was found."),
     Command("hook", "hook.hook:main",
             "OCI hook (root): the job's /tmp, /var/tmp and /dev/shm for a container",
             [CONFIG], args="STAGE",

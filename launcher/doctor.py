@@ -1,0 +1,355 @@
+"""`jobns doctor`: is this node ready for jobns, and what is there to fix?
+
+One line per check on stdout: `ok: ...`, `note: ...` (worth knowing, not a problem) or
+`problem: ...; fix: ...`. Exit 0 when there is no problem, 125 otherwise. It changes
+nothing, except a file it makes and removes at once to try POSIX ACLs where the state
+directory lives.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from launcher import config as config_mod
+from launcher.errors import EXIT_JOBNS_FAILED, JobnsError
+from launcher.inputs import Options
+
+OK, NOTE, PROBLEM = "ok", "note", "problem"
+NETWORK_FS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "fuse.glusterfs",
+              "ceph", "fuse.ceph", "pvfs2", "orangefs", "fuse.sshfs", "9p"}
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+DEFAULT_CDI_DIR = "/etc/cdi"
+
+Finding = tuple[str, str]
+
+
+def kernel(proc_sys: str = "/proc/sys") -> list[Finding]:
+    """Unprivileged user namespaces: every Slurm task joins (or makes) one."""
+    out: list[Finding] = []
+    value = _read_int(f"{proc_sys}/user/max_user_namespaces")
+    if value is None:
+        out.append((PROBLEM, "the kernel has no user namespaces (no "
+                    "/proc/sys/user/max_user_namespaces); fix: a kernel with "
+                    "CONFIG_USER_NS=y"))
+    elif value <= 0:
+        out.append((PROBLEM, f"user.max_user_namespaces = {value}: no task can make or join "
+                    "a user namespace; fix: sysctl -w user.max_user_namespaces=15000 (and "
+                    "the same in /etc/sysctl.d/)"))
+    else:
+        out.append((OK, f"user.max_user_namespaces = {value}"))
+    for name, bad, why in (
+            ("kernel/unprivileged_userns_clone", 0, "Debian's switch"),
+            ("kernel/apparmor_restrict_unprivileged_userns", 1, "Ubuntu's AppArmor switch")):
+        value = _read_int(f"{proc_sys}/{name}")
+        key = name.replace("/", ".")
+        if value is None:
+            continue
+        if value == bad:
+            want = 1 - bad
+            out.append((PROBLEM, f"{key} = {value} ({why}): ordinary users cannot make user "
+                        f"namespaces; fix: sysctl -w {key}={want} (and the same in "
+                        "/etc/sysctl.d/)"))
+        else:
+            out.append((OK, f"{key} = {value}"))
+    return out
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def loop_devices(dev: str = "/dev") -> list[Finding]:
+    try:
+        st = os.stat(f"{dev}/loop-control")
+    except OSError:
+        return [(PROBLEM, f"no {dev}/loop-control: file-system images for capacities need "
+                 "loop devices; fix: modprobe loop (and list it in /etc/modules)")]
+    if not stat.S_ISCHR(st.st_mode):
+        return [(PROBLEM, f"{dev}/loop-control is not a character device; fix: remove it and "
+                 "modprobe loop")]
+    return [(OK, f"loop devices ({dev}/loop-control)")]
+
+
+def state_dir(path: str) -> list[Finding]:
+    """Root's, not writable by others, and on a file system with POSIX ACLs (jobns gives
+    the job user read access to her record through one: launcher.state.grant)."""
+    where = path
+    while not os.path.lexists(where):
+        parent = os.path.dirname(where)
+        if parent == where:
+            break
+        where = parent
+    out: list[Finding] = []
+    if where == path:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            return [(PROBLEM, f"state_dir {path} is not a directory (a symlink?); fix: remove "
+                     "it, jobns setup makes it")]
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return [(PROBLEM, f"state_dir {path} is owned by uid {st.st_uid} with mode "
+                     f"{stat.S_IMODE(st.st_mode):04o}; fix: chown root {path} && chmod 0711 "
+                     f"{path} (root's, writable only by root)")]
+        out.append((OK, f"state_dir {path}: root's, mode {stat.S_IMODE(st.st_mode):04o}"))
+    else:
+        out.append((OK, f"state_dir {path}: made by the first jobns setup (in {where})"))
+    problem = _acl_problem(where)
+    if problem:
+        out.append((PROBLEM, f"state_dir {path}: {problem}; fix: put state_dir on a file "
+                    "system with POSIX ACLs (tmpfs such as /run, ext4, xfs; mount with acl)"))
+    else:
+        out.append((OK, f"state_dir {path}: POSIX ACLs work"))
+    return out
+
+
+def _acl_problem(directory: str) -> str:
+    """Try the ACL jobns sets (launcher.state.grant) on a scratch file in directory."""
+    from launcher import state
+
+    name = f"{directory.rstrip('/')}/.jobns-doctor-{os.getpid()}"
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError as e:
+        return f"cannot try ACLs in {directory}: {e.strerror}"
+    try:
+        state.grant(fd, name, 6, 65534, 4)
+    except JobnsError:
+        return f"the file system of {directory} refuses POSIX ACLs"
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return ""
+
+
+def fs_type(path: str) -> str:
+    """The type of the file system path is on (the deepest mount above it)."""
+    from launcher.mountinfo import mounts
+
+    real = os.path.realpath(path)
+    best, kind = "", "?"
+    for m in mounts():
+        point = m.point.rstrip("/") or "/"
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and \
+                len(point) >= len(best):
+            best, kind = point, m.fstype
+    return kind
+
+
+def base(role: str, path: str) -> list[Finding]:
+    """A base jobns makes job trees in: root's; if others may write it, sticky (else
+    anyone could rename a job's tree away); on a suitable file system."""
+    if not path:
+        return []
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return [(PROBLEM, f"{role} {path}: {e.strerror}; fix: create it (root's, mode 1777 "
+                 "for standalone jobns run, or 0755 if only the prolog makes job trees)")]
+    if not stat.S_ISDIR(st.st_mode):
+        return [(PROBLEM, f"{role} {path} is not a directory; fix: make it one")]
+    mode = stat.S_IMODE(st.st_mode)
+    kind = fs_type(path)
+    out: list[Finding] = []
+    if st.st_uid != 0:
+        out.append((PROBLEM, f"{role} {path} belongs to uid {st.st_uid}; fix: chown root "
+                    f"{path}"))
+    if mode & 0o002 and not mode & stat.S_ISVTX:
+        out.append((PROBLEM, f"{role} {path} is world-writable without the sticky bit "
+                    f"(mode {mode:04o}): any user can rename a job's tree away; fix: chmod "
+                    f"1777 {path}"))
+    elif mode & 0o020 and not mode & stat.S_ISVTX:
+        out.append((PROBLEM, f"{role} {path} is group-writable (mode {mode:04o}); fix: chmod "
+                    f"g-w {path}, or 1777"))
+    if role == "shm_base" and kind != "tmpfs":
+        out.append((PROBLEM, f"shm_base {path} is on {kind}, not tmpfs: the job's /dev/shm "
+                    "would be on disk; fix: use a tmpfs such as /dev/shm"))
+    if role == "local_base" and kind in NETWORK_FS:
+        out.append((PROBLEM, f"local_base {path} is on {kind}, a network file system; fix: "
+                    "a local file system (or use shared_base for shared layouts)"))
+    if role == "shared_base" and kind not in NETWORK_FS:
+        out.append((NOTE, f"shared_base {path} is on {kind}: --use-shared-tmpdir is shared "
+                    "only with nodes that see this file system"))
+    if not any(k == PROBLEM for k, _ in out):
+        out.append((OK, f"{role} {path}: root's, mode {mode:04o}, {kind}"))
+    return out
+
+
+def propagation() -> list[Finding]:
+    from launcher.mountinfo import propagation_warning
+
+    warning = propagation_warning()
+    if warning:
+        return [(PROBLEM, warning.replace("; make it shared", "; fix: make it shared", 1))]
+    return [(OK, "/ is a shared mount: host mounts made later reach running jobs")]
+
+
+def slurm_conf_values(path: str) -> dict[str, str]:
+    """slurm.conf's Key=Value lines (keys lower-cased; the last one wins; Include files
+    followed one level)."""
+    values: dict[str, str] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.lower().startswith("include "):
+            inc = line.split(None, 1)[1].strip()
+            inc = inc if inc.startswith("/") else f"{os.path.dirname(path)}/{inc}"
+            try:
+                values.update(slurm_conf_values(inc))
+            except OSError:
+                pass
+            continue
+        key, eq, value = line.partition("=")
+        if eq and " " not in key.strip():
+            values[key.strip().lower()] = value.strip()
+    return values
+
+
+def slurm(conf: str) -> list[Finding]:
+    """Prolog=jobns setup, Epilog=jobns teardown, and the SPANK plugin if one is named."""
+    try:
+        values = slurm_conf_values(conf)
+    except FileNotFoundError:
+        return [(NOTE, f"no {conf}: Slurm checks skipped (not a Slurm node, or pass "
+                 "--slurm-conf)")]
+    except OSError as e:
+        return [(PROBLEM, f"read {conf}: {e.strerror}")]
+    out: list[Finding] = []
+    for key, sub in (("prolog", "setup"), ("epilog", "teardown")):
+        script = values.get(key, "")
+        name = key.capitalize()
+        want = f"jobns {sub}"
+        if not script:
+            out.append((PROBLEM, f"{conf} has no {name}=; fix: {name}=/etc/jobns/slurm/{key} "
+                        f"(a script that execs {want}, README \"Deploying on a Slurm "
+                        "cluster\")"))
+            continue
+        found = [p for p in script.split(",") if _runs(p.strip(), sub)]
+        if found:
+            out.append((OK, f"{name}={script} runs {want}"))
+        else:
+            out.append((PROBLEM, f"{name}={script} does not run {want} (or is not a root-owned "
+                        f"executable); fix: make it exec /opt/jobns/venv/bin/jobns {sub} "
+                        f"--job-id \"$SLURM_JOB_ID\""))
+    if values.get("jobcontainertype", "").endswith("tmpfs"):
+        out.append((NOTE, "JobContainerType=job_container/tmpfs is set too: Slurm's own "
+                    "private /tmp then sits under jobns's"))
+    plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
+    out += spank(plugstack)
+    return out
+
+
+def _runs(path: str, sub: str) -> bool:
+    """A root-owned executable that runs `jobns <sub>` (or is jobns itself)."""
+    try:
+        st = os.stat(path)
+        if st.st_uid != 0 or st.st_mode & 0o022 or not st.st_mode & 0o100:
+            return False
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return False
+    if head.startswith(b"\x7fELF"):
+        return False
+    text = head.decode(errors="replace")
+    return "jobns" in text and (f" {sub}" in text or "launcher.cli" in text)
+
+
+def spank(plugstack: str) -> list[Finding]:
+    """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
+    includes): the plugin must exist. None is a note (the prolog pair suffices)."""
+    import glob
+
+    lines: list[str] = []
+    pending, seen = [plugstack], set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            words = line.split()
+            if len(words) >= 2 and words[0] == "include":
+                pending += sorted(glob.glob(words[1]))
+            elif len(words) >= 2 and words[0] in ("required", "optional"):
+                lines.append(line)
+    plugins = [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith(
+        "jobns")]
+    if not plugins:
+        return [(NOTE, f"no jobns SPANK plugin in {plugstack} (optional: the Prolog/Epilog "
+                 "pair and jobns run are the whole deployment)")]
+    out: list[Finding] = []
+    for so in plugins:
+        if os.path.isfile(so):
+            out.append((OK, f"SPANK plugin {so} (named in {plugstack})"))
+        else:
+            out.append((PROBLEM, f"{plugstack} names the SPANK plugin {so}, which does not "
+                        "exist (slurmd will fail for 'required' lines); fix: install it, or "
+                        "remove the line"))
+    return out
+
+
+def cdi(directory: str) -> list[Finding]:
+    """Container Device Interface specs are root's to write: a spec can add any mount and
+    hook to a container."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return [(NOTE, f"no CDI directory {directory} (only needed for CDI-enabled "
+                 "container engines)")]
+    except OSError as e:
+        return [(PROBLEM, f"CDI directory {directory}: {e.strerror}")]
+    if not stat.S_ISDIR(st.st_mode):
+        return [(PROBLEM, f"CDI directory {directory} is not a directory; fix: remove it")]
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        return [(PROBLEM, f"CDI directory {directory} is writable by others than root (uid "
+                 f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}): a user could add mounts "
+                 f"and hooks to containers; fix: chown root {directory} && chmod 0755 "
+                 f"{directory}")]
+    specs = sorted(n for n in os.listdir(directory) if n.startswith("jobns"))
+    if specs:
+        return [(OK, f"CDI directory {directory}: root's; jobns spec(s): {', '.join(specs)}")]
+    return [(OK, f"CDI directory {directory}: root's"),
+            (NOTE, f"no jobns CDI spec in {directory}")]
+
+
+def check(config: config_mod.Config, slurm_conf: str, cdi_dir: str) -> list[Finding]:
+    found: list[Finding] = []
+    found += kernel()
+    found += loop_devices()
+    found += state_dir(config.state_dir)
+    for role in ("local_base", "shm_base", "shared_base"):
+        found += base(role, str(getattr(config, role)))
+    found += propagation()
+    found += slurm(slurm_conf)
+    found += cdi(cdi_dir)
+    return found
+
+
+def main(opts: Options, _command: list[str]) -> int:
+    from launcher.lifecycle import require_root
+
+    require_root("doctor")
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
+    slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF")
+                     or DEFAULT_SLURM_CONF)
+    found = check(config, slurm_conf, str(opts.get("cdi_dir") or DEFAULT_CDI_DIR))
+    for kind, text in found:
+        print(f"{kind}: {text}")
+    problems = sum(1 for kind, _ in found if kind == PROBLEM)
+    if problems:
+        print(f"jobns doctor: {problems} problem(s) to fix before this node runs jobs")
+        return EXIT_JOBNS_FAILED
+    print("jobns doctor: this node is ready")
+    return 0

@@ -1,0 +1,137 @@
+"""`jobns doctor` (root) against a sandbox made ready and against broken ones: exit 0
+when ready, else 125 with one `problem:` line per problem, each saying what to fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import JOBNS, Sandbox, require
+
+pytestmark = pytest.mark.root
+
+
+class Node:
+    """A sandbox plus the Slurm and CDI files doctor reads, all in good order."""
+
+    def __init__(self, box: Sandbox) -> None:
+        self.box = box
+        root = box.root
+        self.prolog, self.epilog = root / "prolog", root / "epilog"
+        self.prolog.write_text(f'#!/bin/bash\nexec {JOBNS} setup --job-id "$SLURM_JOB_ID" '
+                               '--user "$SLURM_JOB_USER"\n')
+        self.epilog.write_text(f'#!/bin/bash\nexec {JOBNS} teardown --job-id "$SLURM_JOB_ID"\n')
+        for p in (self.prolog, self.epilog):
+            p.chmod(0o755)
+        self.so = root / "jobns_spank.so"
+        self.so.write_bytes(b"\x7fELF")
+        self.plugstack = root / "plugstack.conf"
+        self.plugstack.write_text(f"optional {self.so}\n")
+        self.slurm_conf = root / "slurm.conf"
+        self.write_slurm_conf()
+        self.cdi = root / "cdi"
+        self.cdi.mkdir(mode=0o755)
+        (self.cdi / "jobns.json").write_text("{}\n")
+
+    def write_slurm_conf(self, prolog: str | None = None, epilog: bool = True) -> None:
+        lines = [f"Prolog={prolog or self.prolog}", f"PlugStackConfig={self.plugstack}"]
+        if epilog:
+            lines.append(f"Epilog={self.epilog}")
+        self.slurm_conf.write_text("ClusterName=x\n" + "\n".join(lines) + "\n")
+
+    def doctor(self, shared_root: bool = True) -> tuple[int, list[str], list[str]]:
+        """(exit status, problem lines, all lines). shared_root: run it in a mount
+        namespace whose / is shared, as on a systemd host (these VMs' / is private)."""
+        cmd = self.box.cmd(["doctor", "--slurm-conf", str(self.slurm_conf), "--cdi-dir",
+                            str(self.cdi)])
+        if shared_root:
+            cmd = ["unshare", "--mount", "--propagation", "shared", *cmd]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/",
+                           env=self.box.env(None, None), check=False)
+        assert r.stderr == "", r.stderr
+        lines = r.stdout.splitlines()
+        assert all(ln.split(":")[0] in ("ok", "note", "problem", "jobns doctor")
+                   for ln in lines), lines
+        return r.returncode, [ln for ln in lines if ln.startswith("problem:")], lines
+
+
+@pytest.fixture
+def node(sandbox: Sandbox) -> Node:
+    require(shutil.which("unshare") is not None, "unshare (util-linux) is missing")
+    return Node(sandbox)
+
+
+def test_a_ready_node(node: Node) -> None:
+    code, problems, lines = node.doctor()
+    assert (code, problems) == (0, []), lines
+    assert lines[-1] == "jobns doctor: this node is ready"
+    text = "\n".join(lines)
+    for needle in ("ok: user.max_user_namespaces", "ok: loop devices",
+                   f"ok: state_dir {node.box.state}: root's", "POSIX ACLs work",
+                   f"ok: local_base {node.box.local}: root's, mode 1777",
+                   f"ok: shm_base {node.box.shm}: root's, mode 1777, tmpfs",
+                   "ok: / is a shared mount", f"ok: Prolog={node.prolog} runs jobns setup",
+                   f"ok: Epilog={node.epilog} runs jobns teardown",
+                   f"ok: SPANK plugin {node.so}", "jobns spec(s): jobns.json"):
+        assert needle in text, (needle, text)
+
+
+def test_a_private_root_is_a_problem(node: Node) -> None:
+    with open("/proc/self/mountinfo") as f:
+        root = [ln for ln in f if ln.split()[4] == "/"][-1]
+    require("shared:" not in root.split(" - ")[0], "/ is shared on this host already")
+    code, problems, _ = node.doctor(shared_root=False)
+    assert code == 125 and len(problems) == 1 and "mount --make-rshared /" in problems[0]
+
+
+def test_a_broken_node_gets_one_line_per_problem(node: Node) -> None:
+    box = node.box
+    box.state.chmod(0o777)                           # state_dir writable by all
+    box.local.chmod(0o777)                           # a world-writable base, not sticky
+    (box.root / "disk-shm").mkdir(mode=0o1777)       # shm_base on disk
+    (box.root / "disk-shm").chmod(0o1777)
+    box.write_config(extra="")
+    box.config.write_text(box.config.read_text().replace(
+        f'shm_base = "{box.shm}"', f'shm_base = "{box.root / "disk-shm"}"'))
+    other = box.root / "other-prolog"
+    other.write_text("#!/bin/sh\nexit 0\n")
+    other.chmod(0o755)
+    node.write_slurm_conf(prolog=str(other), epilog=False)  # no jobns prolog, no epilog
+    node.so.unlink()                                  # plugstack names a missing plugin
+    node.cdi.chmod(0o777)                             # anyone could add a CDI spec
+    code, problems, lines = node.doctor()
+    assert code == 125, lines
+    expected = [f"state_dir {box.state} is owned by uid 0 with mode 0777",
+                f"local_base {box.local} is world-writable without the sticky bit",
+                f"shm_base {box.root / 'disk-shm'} is on ",
+                f"Prolog={other} does not run jobns setup",
+                f"{node.slurm_conf} has no Epilog=",
+                f"names the SPANK plugin {node.so}, which does not exist",
+                f"CDI directory {node.cdi} is writable by others than root"]
+    assert len(problems) == len(expected), "\n".join(problems)
+    for needle in expected:
+        assert sum(needle in p for p in problems) == 1, (needle, problems)
+    assert all("fix: " in p for p in problems), problems
+    assert lines[-1] == f"jobns doctor: {len(expected)} problem(s) to fix before this node " \
+                        "runs jobs"
+
+
+def test_a_state_dir_without_acls(node: Node) -> None:
+    """The state directory on a file system without POSIX ACLs (ramfs has no xattrs)."""
+    mnt = node.box.root / "noacl"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0755", "jobns-test", str(mnt)],
+                       capture_output=True, text=True, check=False)
+    require(r.returncode == 0, f"cannot mount a ramfs: {r.stderr.strip()}")
+    try:
+        node.box.config.write_text(node.box.config.read_text().replace(
+            f'state_dir = "{node.box.state}"', f'state_dir = "{mnt}/state"'))
+        code, problems, lines = node.doctor()
+        assert code == 125 and len(problems) == 1, lines
+        assert "refuses POSIX ACLs" in problems[0] and f"state_dir {mnt}/state" in problems[0]
+        assert os.listdir(mnt) == []  # the probe file is gone again
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -1,0 +1,78 @@
+"""`jobns doctor`'s checks that need no root: kernel settings read from a fake
+/proc/sys, slurm.conf and plugstack.conf parsing, the CDI directory's owner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher import doctor
+
+
+def proc(tmp_path: Path, **values: int) -> str:
+    for name, value in values.items():
+        path = tmp_path / name.replace("__", "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{value}\n")
+    return str(tmp_path)
+
+
+def kinds(found: list[tuple[str, str]]) -> list[str]:
+    return [k for k, _ in found]
+
+
+def test_user_namespaces_enabled(tmp_path: Path) -> None:
+    found = doctor.kernel(proc(tmp_path, user__max_user_namespaces=15000,
+                               kernel__unprivileged_userns_clone=1))
+    assert kinds(found) == ["ok", "ok"]
+
+
+def test_user_namespaces_off_is_a_problem_naming_the_sysctl(tmp_path: Path) -> None:
+    found = doctor.kernel(proc(tmp_path, user__max_user_namespaces=0,
+                               kernel__unprivileged_userns_clone=0,
+                               kernel__apparmor_restrict_unprivileged_userns=1))
+    assert kinds(found) == ["problem"] * 3
+    text = " ".join(t for _, t in found)
+    for needle in ("sysctl -w user.max_user_namespaces=15000",
+                   "sysctl -w kernel.unprivileged_userns_clone=1",
+                   "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"):
+        assert needle in text
+
+
+def test_a_kernel_without_user_namespaces(tmp_path: Path) -> None:
+    assert kinds(doctor.kernel(str(tmp_path))) == ["problem"]
+
+
+def test_no_loop_control(tmp_path: Path) -> None:
+    (found,) = doctor.loop_devices(str(tmp_path))
+    assert found[0] == "problem" and "modprobe loop" in found[1]
+    (tmp_path / "loop-control").write_text("")
+    assert kinds(doctor.loop_devices(str(tmp_path))) == ["problem"]
+
+
+def test_slurm_conf_keys_includes_and_comments(tmp_path: Path) -> None:
+    (tmp_path / "extra.conf").write_text("Epilog=/x/epilog  # the epilog\n")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("# Prolog=/not/this\nProlog=/x/prolog\ninclude extra.conf\n"
+                    "PlugStackConfig=/x/plugstack.conf\nNodeName=a CPUs=2\n")
+    values = doctor.slurm_conf_values(str(conf))
+    assert values["prolog"] == "/x/prolog" and values["epilog"] == "/x/epilog"
+    assert values["plugstackconfig"] == "/x/plugstack.conf"
+
+
+def test_no_slurm_conf_is_a_note(tmp_path: Path) -> None:
+    assert kinds(doctor.slurm(str(tmp_path / "slurm.conf"))) == ["note"]
+
+
+def test_spank_plugin_named_but_missing(tmp_path: Path) -> None:
+    so = tmp_path / "jobns_spank.so"
+    (tmp_path / "plugstack.conf.d").mkdir()
+    (tmp_path / "plugstack.conf.d" / "jobns.conf").write_text(f"required {so} arg=1\n")
+    stack = tmp_path / "plugstack.conf"
+    stack.write_text(f"optional /usr/lib/other.so\ninclude {tmp_path}/plugstack.conf.d/*.conf\n")
+    (found,) = doctor.spank(str(stack))
+    assert found[0] == "problem" and str(so) in found[1]
+    so.write_bytes(b"\x7fELF")
+    (found,) = doctor.spank(str(stack))
+    assert found[0] == "ok"
+    stack.write_text("optional /usr/lib/other.so\n")
+    assert kinds(doctor.spank(str(stack))) == ["note"]
