@@ -68,13 +68,23 @@ class Capacities:
         shm, tmp = rec.get("shm"), rec.get("tmp")
         return cls(shm if isinstance(shm, int) else None, tmp if isinstance(tmp, int) else None)
 
-    def describe(self) -> list[str]:
+    def describe(self, config: Config | None = None) -> list[str]:
         out = []
         for role in ROLES:
             size = self.get(role)
             where = "/dev/shm" if role == "shm" else "/tmp and /var/tmp"
             if size is None:
                 out.append(f"# {role}: no capacity ({where} on the node's file system)")
+            elif role == "tmp" and config is not None and \
+                    config.capacity.get("tmp_backing") == "disk":
+                from launcher import diskimage
+
+                image = diskimage.image_path(diskimage.base_of(config), "local", "JOB")
+                out.append(f"image  {image}: sparse file of {size} bytes ({human(size)}), "
+                           f"{diskimage.fs_type(config)} in it")
+                out.append(f"mount  it through a loop device (autoclear) on the {role} tree "
+                           f"({where}), owned by the job user, nosuid,nodev; teardown: "
+                           "shutdown, detach, unlink")
             else:
                 out.append(f"mount  tmpfs size={size} ({human(size)}) on the {role} tree "
                            f"({where}), mode 0700, owned by the job user, nosuid,nodev")

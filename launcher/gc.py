@@ -271,6 +271,12 @@ def main(opts: Options, _command: list[str]) -> int:
         for err in [] if dry else cdi.remove(config, job_id):
             say(f"jobns gc: {err}", level="error")
             problems += 1
+    # Disk capacities (launcher.diskimage) of jobs with no state left: mounts, loop
+    # devices, images; before the trees, so a mount on one is released properly.
+    from launcher import diskimage
+
+    for note in diskimage.sweep(config, set(state.list_jobs(config.state_dir)), dry):
+        say(note, dry=dry)
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
         summary["leftovers"] += 1

@@ -312,7 +312,10 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
                 records.save(config.state_dir, record)
             if size is None:
                 continue
-            sizelimit.mount(h, size, uid, gid, job.job_id)
+            if tree.role == "local" and _disk(config):
+                _mount_image(config, record, rec, h, job.job_id, uid, gid)
+            else:
+                sizelimit.mount(h, size, uid, gid, job.job_id)
             again = fs.acquire_tree(tree, uid, gid, create=False)
             again.created = True
             h.close()
@@ -332,6 +335,30 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
         for note in aside:
             warn(f"setup {job.job_id}: warning: {note}")
     return handles
+
+
+def _disk(config: Config) -> bool:
+    """Is a tmp capacity disk-backed on this node ([capacity] tmp_backing)?"""
+    if config.capacity.get("tmp_backing", "tmpfs") == "tmpfs":
+        return False
+    from launcher.diskimage import backing
+
+    return backing(config) == "disk"
+
+
+def _mount_image(config: Config, record: Record, rec: TreeRecord, handle: TreeHandle,
+                 job_id: str, uid: int, gid: int) -> None:
+    """A disk capacity (launcher.diskimage): the image is recorded before it is made, so
+    teardown, recover and gc find it whatever step a crash interrupts."""
+    from launcher import diskimage
+
+    assert rec.capacity is not None
+    rec.image = diskimage.image_path(diskimage.base_of(config), handle.tree.role, job_id)
+    records.save(config.state_dir, record)
+    fstype = diskimage.fs_type(config)
+    diskimage.create(config, handle.tree.role, job_id, rec.capacity)
+    diskimage.make_fs(rec.image, fstype, uid, gid)
+    diskimage.mount(handle, rec.image, fstype, uid, gid)
 
 
 def pre_run(config: Config, record: Record, job: Job, plan: Plan,
@@ -473,9 +500,15 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             keep_scratch = bool(problems)
         for t in record.trees:
             tree, gone = t.tree, removable(t.tree, t.made, record)
-            if gone or t.capacity is not None:
+            if t.image is not None:
+                # A disk capacity: shut down, detach, truncate, unlink (constant time).
+                from launcher import diskimage
+
+                _clear_the_way(tree, job_id, diskimage.source_of(t.image))
+                errors += diskimage.unmount(tree, t.image)
+            elif gone or t.capacity is not None:
                 _clear_the_way(tree, job_id)
-            if t.capacity is not None:
+            if t.capacity is not None and t.image is None:
                 # Unmount first: removal never crosses into another file system.
                 errors += sizelimit.unmount(tree, job_id)
             if gone:
@@ -495,11 +528,12 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
     return errors
 
 
-def _clear_the_way(tree: Tree, job_id: str) -> None:
+def _clear_the_way(tree: Tree, job_id: str, keep: str | None = None) -> None:
     """Before removing a tree: nobody may enter it any more (seal), and nothing the user
-    mounted inside it (FUSE from the host) may stop or redirect the removal."""
+    mounted inside it (FUSE from the host) may stop or redirect the removal. keep: the
+    source of our own mount on the tree root (default: its capacity tmpfs)."""
     fs.seal(tree)  # first: she cannot mount anew in a tree she can no longer enter
-    for note in fs.detach_mounts(tree, sizelimit.source_name(tree.role, job_id)):
+    for note in fs.detach_mounts(tree, keep or sizelimit.source_name(tree.role, job_id)):
         warn(f"teardown {job_id}: {note}")
     fs.seal(tree)  # again: a mount on the tree root hid the directory the first one saw
 

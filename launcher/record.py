@@ -29,22 +29,26 @@ class TreeRecord:
     """One recorded tree: where it is, whether it is removed, its capacity, and whether
     this setup made it (a failed setup removes only what it made)."""
 
-    __slots__ = ("capacity", "made", "tree")
+    __slots__ = ("capacity", "image", "made", "tree")
 
-    def __init__(self, tree: Tree, capacity: int | None = None, made: bool = False) -> None:
+    def __init__(self, tree: Tree, capacity: int | None = None, made: bool = False,
+                 image: str | None = None) -> None:
         self.tree = tree
         self.capacity = capacity
         self.made = made
+        self.image = image  # a disk capacity's image file (launcher.diskimage), if any
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> TreeRecord:
-        cap = d.get("capacity")
+        cap, image = d.get("capacity"), d.get("image")
         return cls(tree_from_record(d), cap if isinstance(cap, int) else None,
-                   d.get("made", True) is True)
+                   d.get("made", True) is True, image if isinstance(image, str) else None)
 
     def to_dict(self) -> dict[str, object]:
         out = tree_record(self.tree, self.capacity)
         out["made"] = self.made
+        if self.image is not None:
+            out["image"] = self.image
         return out
 
 

@@ -65,7 +65,7 @@ def main(opts: Options, _command: list[str]) -> int:
     for note in notes:
         sys.stderr.write(f"jobns: setup {job.job_id}: {note}\n")
     if opts.get("dry_run"):
-        lines = [plan.describe(), *caps.describe()]
+        lines = [plan.describe(), *caps.describe(config)]
         lines += stg.describe() if stg is not None else []
         print("\n".join(lines))
         return 0

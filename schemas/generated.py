@@ -17,7 +17,19 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                        'capacity': {'additionalProperties': False,
                                                     'description': 'Size-limited /dev/shm and /tmp '
                                                                    "(README 'Capacities').",
-                                                    'properties': {'granularity': {'description': 'Requests '
+                                                    'properties': {'fs_type': {'description': 'File '
+                                                                                              'system '
+                                                                                              'made '
+                                                                                              'in '
+                                                                                              'a '
+                                                                                              'disk '
+                                                                                              "capacity's "
+                                                                                              'image '
+                                                                                              '(default '
+                                                                                              'ext4).',
+                                                                               'enum': ['ext4',
+                                                                                        'xfs']},
+                                                                   'granularity': {'description': 'Requests '
                                                                                                   'are '
                                                                                                   'rounded '
                                                                                                   'up '
@@ -37,6 +49,45 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
+                                                                   'node_reserve': {'description': 'Space '
+                                                                                                   'of '
+                                                                                                   'scratch_base '
+                                                                                                   'never '
+                                                                                                   'promised '
+                                                                                                   'to '
+                                                                                                   'jobs: '
+                                                                                                   'the '
+                                                                                                   'sum '
+                                                                                                   'of '
+                                                                                                   'the '
+                                                                                                   'live '
+                                                                                                   'disk '
+                                                                                                   'capacities '
+                                                                                                   'stays '
+                                                                                                   'within '
+                                                                                                   'its '
+                                                                                                   'free '
+                                                                                                   'space '
+                                                                                                   'minus '
+                                                                                                   'this.',
+                                                                                    'maxLength': 40,
+                                                                                    'minimum': 0,
+                                                                                    'type': ['string',
+                                                                                             'integer']},
+                                                                   'scratch_base': {'description': 'Local '
+                                                                                                   'directory '
+                                                                                                   "(root's, "
+                                                                                                   '0700) '
+                                                                                                   'holding '
+                                                                                                   'the '
+                                                                                                   'disk '
+                                                                                                   "capacities' "
+                                                                                                   'image '
+                                                                                                   'files '
+                                                                                                   '(default '
+                                                                                                   '/var/lib/jobns/scratch).',
+                                                                                    'pattern': '^/',
+                                                                                    'type': 'string'},
                                                                    'shm_default': {'description': 'shm '
                                                                                                   'capacity '
                                                                                                   'of '
@@ -69,6 +120,29 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                'minimum': 1,
                                                                                'type': ['string',
                                                                                         'integer']},
+                                                                   'tmp_backing': {'description': 'What '
+                                                                                                  'holds '
+                                                                                                  'a '
+                                                                                                  'tmp '
+                                                                                                  'capacity: '
+                                                                                                  'a '
+                                                                                                  'size-limited '
+                                                                                                  'tmpfs '
+                                                                                                  'in '
+                                                                                                  'RAM '
+                                                                                                  '(default), '
+                                                                                                  'or '
+                                                                                                  'a '
+                                                                                                  'loop-mounted '
+                                                                                                  'image '
+                                                                                                  'file '
+                                                                                                  'on '
+                                                                                                  'scratch_base '
+                                                                                                  '(README '
+                                                                                                  "'Disk "
+                                                                                                  "capacities').",
+                                                                                   'enum': ['tmpfs',
+                                                                                            'disk']},
                                                                    'tmp_default': {'description': 'tmp '
                                                                                                   'capacity '
                                                                                                   'of '
@@ -433,6 +507,17 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                    'null']},
                                                              'children': {'items': {'type': 'string'},
                                                                           'type': 'array'},
+                                                             'image': {'description': 'A disk '
+                                                                                      'capacity: '
+                                                                                      'the image '
+                                                                                      'file on the '
+                                                                                      'scratch '
+                                                                                      'base, named '
+                                                                                      'here before '
+                                                                                      'it is made '
+                                                                                      '(launcher.diskimage).',
+                                                                       'minLength': 1,
+                                                                       'type': 'string'},
                                                              'made': {'description': 'This setup '
                                                                                      'created it: '
                                                                                      'a setup that '

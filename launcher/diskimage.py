@@ -1,0 +1,440 @@
+"""A disk-backed capacity: a job tree that is a file system of its own on local disk.
+
+``[capacity] tmp_backing = "disk"`` turns a tmp capacity into a sparse image file on the
+site's scratch base (``scratch_base``, a local disk), with an ext4 (default) or xfs
+file system (``fs_type``) in it, loop-mounted nosuid,nodev on the tree root and owned
+by the job user. The job's tmp/ and var_tmp/ are made inside it. Writing past the size
+is ENOSPC for the job and nothing for the node's disk; teardown is a constant-time
+shutdown + detach + truncate + unlink, whatever the job wrote.
+
+Measured on these machines (100 GiB sparse image, 3 runs): mkfs.ext4 with lazy init
+and no journal 15-20 ms (6 MB written), mount 6-12 ms; mkfs.xfs 4-5 ms (65 MB
+written), mount 13-18 ms. Both make + mount in ~25 ms; ext4 is the default because it
+writes a tenth of the bytes per job.
+
+Crash safety, step by step (each a pause point for tests, JOBNS_TEST_PAUSE_IN):
+  record       the tree record names the image *before* it is made (lifecycle)
+  image-made   <base>/jobns-<role>-<job id>.img exists, sized (sparse)
+  fs-made      the file system is in it
+  loop-attached  LO_FLAGS_AUTOCLEAR: if setup dies now its fd closes and the kernel
+               detaches the device; nothing to reclaim but the image
+  mounted      the loop device is held by the mount; teardown (by the record) or gc
+               (by the backing file under scratch_base) detaches it
+The scratch base is root's (0700): only jobns names files in it, so a file there is
+ours, and a loop device whose backing file lies under it is ours.
+
+Node cap: under an exclusive flock on the base, the sum of the live images' sizes plus
+the new one may not exceed the base's free space plus what the live images already
+use, minus ``node_reserve``: every live job can fill its image to the last byte. A
+request over it is the job's (a UserError: the job is refused, never the node).
+
+Teardown (rule 6, SECURITY.md: free space even against a held reference): the file
+system is shut down (FS_IOC_SHUTDOWN: no further I/O through any held fd), detached,
+the image truncated to zero and unlinked; the kernel's release of the superblock
+(eviction of every cached inode: ~0.5 s per 200 000 files) runs in a detached process
+of its own that holds the last reference, so the epilog does not wait for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import subprocess
+from typing import TYPE_CHECKING
+
+from launcher import fs, libc, loop, mountinfo, state
+from launcher.errors import JobnsError, UserError
+from launcher.plan import SCRATCH_MODE, TOP_MODE
+
+if TYPE_CHECKING:
+    from launcher.config import Config
+    from launcher.fs import TreeHandle
+    from launcher.plan import Tree
+
+FS_TYPES = ("ext4", "xfs")
+FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32): ext4 and xfs
+FS_GOING_DOWN_NOLOGFLUSH = 2
+DEFAULT_BASE = "/var/lib/jobns/scratch"
+AT_FDCWD = -100
+PREFIX = "jobns-"
+SUFFIX = ".img"
+_releasers: list[int] = []  # write ends of the release processes' pipes (see _release)
+
+
+def backing(config: Config) -> str:
+    value = config.capacity.get("tmp_backing", "tmpfs")
+    if value not in ("tmpfs", "disk"):
+        raise JobnsError(f"read config {config.source or '(built-in)'}: [capacity] "
+                         f"tmp_backing = {value!r}: expected \"tmpfs\" or \"disk\"")
+    return str(value)
+
+
+def base_of(config: Config) -> str:
+    return str(config.capacity.get("scratch_base") or DEFAULT_BASE)
+
+
+def fs_type(config: Config) -> str:
+    value = config.capacity.get("fs_type", "ext4")
+    if value not in FS_TYPES:
+        raise JobnsError(f"read config {config.source or '(built-in)'}: [capacity] "
+                         f"fs_type = {value!r}: expected one of {', '.join(FS_TYPES)}")
+    return str(value)
+
+
+def image_path(base: str, role: str, job_id: str) -> str:
+    return f"{base.rstrip('/')}/{PREFIX}{role}-{job_id}{SUFFIX}"
+
+
+def open_base(base: str) -> int:
+    """The scratch base, made root's 0700 if missing; refused unless it is a real
+    directory of root's that nobody else may write (it is the site's, not a user's)."""
+    try:
+        os.makedirs(base, 0o700, exist_ok=True)
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise JobnsError(f"open [capacity] scratch_base {base}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        os.close(fd)
+        raise JobnsError(f"refuse [capacity] scratch_base {base}: it must be root's and "
+                         "writable by root only (chown root; chmod go-w)")
+    return fd
+
+
+def _images(base_fd: int) -> list[tuple[str, os.stat_result]]:
+    out = []
+    for name in os.listdir(base_fd):
+        if name.startswith(PREFIX) and name.endswith(SUFFIX):
+            try:
+                st = os.stat(name, dir_fd=base_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append((name, st))
+    return out
+
+
+def node_room(config: Config, base_fd: int) -> tuple[int, int]:
+    """(committed, available): the live images' sizes, and what the base can hold for
+    all images (free + what they already use - node_reserve)."""
+    from launcher.capacity import config_size
+
+    reserve = 0 if config.capacity.get("node_reserve") in (0, "0") else \
+        config_size(config, "node_reserve") or 0
+    images = _images(base_fd)
+    committed = sum(st.st_size for _, st in images)
+    used = sum(st.st_blocks * 512 for _, st in images)
+    vfs = os.fstatvfs(base_fd)
+    return committed, vfs.f_bavail * vfs.f_frsize + used - reserve
+
+
+def create(config: Config, role: str, job_id: str, size: int) -> str:
+    """Make the sparse image of `size` bytes (checked against the node cap under the
+    base's lock); returns its path. A leftover of the same job id is replaced."""
+    from launcher.capacity import human
+
+    base = base_of(config)
+    path = image_path(base, role, job_id)
+    name = os.path.basename(path)
+    base_fd = open_base(base)
+    try:
+        fcntl.flock(base_fd, fcntl.LOCK_EX)
+        try:
+            os.unlink(name, dir_fd=base_fd)  # a crashed setup's, by our own name
+        except FileNotFoundError:
+            pass
+        committed, room = node_room(config, base_fd)
+        if committed + size > room:
+            free = max(room - committed, 0)
+            raise UserError(f"tmp capacity {size} bytes ({human(size)}) does not fit on this "
+                            f"node: its scratch disk has {free} bytes ({human(free)}) left "
+                            "for jobs after the capacities of the jobs running here; ask for "
+                            "less")
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=base_fd)
+        try:
+            os.ftruncate(fd, size)
+        except OSError as e:
+            os.close(fd)
+            os.unlink(name, dir_fd=base_fd)
+            raise JobnsError(f"size {path} to {size} bytes: {e.strerror}") from None
+        os.close(fd)
+    finally:
+        os.close(base_fd)  # the flock goes with it
+    state.pause_point("image-made")
+    return path
+
+
+def make_fs(path: str, fstype: str, uid: int, gid: int) -> None:
+    if fstype == "xfs":
+        cmd = ["mkfs.xfs", "-q", "-f", "-K", path]  # root_owner: fchown after mount
+    else:
+        cmd = ["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E",
+               f"lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner={uid}:{gid}",
+               path]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                           stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise JobnsError(f"run {cmd[0]}: {e.strerror}; install "
+                         f"{'xfsprogs' if fstype == 'xfs' else 'e2fsprogs'}") from None
+    if r.returncode != 0:
+        raise JobnsError(f"{cmd[0]} {path}: {r.stderr.strip() or f'exit {r.returncode}'}")
+    state.pause_point("fs-made")
+
+
+def _mount_of(fd: int) -> mountinfo.Mount | None:
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    for m in mountinfo.mounts():
+        if m.dev == dev:
+            return m
+    return None
+
+
+def ours_at(fd: int, image: str) -> bool:
+    """Is the file system open at fd the one in this image (a loop device backed by it)?"""
+    m = _mount_of(fd)
+    if m is None or m.fstype not in FS_TYPES or not m.source.startswith("/dev/loop"):
+        return False
+    back = loop.backing(m.source[len("/dev/"):])
+    if back is not None and back.endswith(loop.DELETED):
+        back = back[:-len(loop.DELETED)]
+    return back == image
+
+
+def source_of(image: str) -> str | None:
+    """The loop device (its mount's source) the image is attached to, if any."""
+    for dev, back in loop.backed_by(os.path.dirname(image)).items():
+        if back == image:
+            return dev
+    return None
+
+
+def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> None:
+    """Attach the image to a loop device and mount it on the tree root (through the
+    root's fd, never a path), then make the tree's children in it (as
+    launcher.sizelimit.mount does for a tmpfs)."""
+    tree = handle.tree
+    try:
+        image_fd = os.open(image, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise JobnsError(f"open {image}: {e.strerror}") from None
+    try:
+        try:
+            dev, loop_fd = loop.attach(image_fd, image)
+        except OSError as e:
+            raise JobnsError(f"attach {image} to a loop device: {e.strerror}") from None
+    finally:
+        os.close(image_fd)
+    try:
+        state.pause_point("loop-attached")
+        try:
+            libc.mount(dev, f"/proc/self/fd/{handle.fd}", fstype,
+                       libc.MS_NOSUID | libc.MS_NODEV, None)
+        except OSError as e:
+            raise JobnsError(f"mount {image} ({dev}, {fstype}) on {tree.path}: "
+                             f"{e.strerror}") from None
+    finally:
+        os.close(loop_fd)  # the mount holds the device now (autoclear on its release)
+    try:
+        fd = fs.open_dir(handle.parent_fds[-1], tree.name, tree.path)
+    except BaseException:
+        unmount(tree, image)
+        raise
+    try:
+        if not ours_at(fd, image):
+            raise UserError(f"refuse {tree.path}: it was replaced while its capacity was "
+                            "being set up")
+        try:
+            os.rmdir("lost+found", dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, TOP_MODE)
+        for child in tree.children:
+            os.mkdir(child, 0o700, dir_fd=fd)
+            cfd = os.open(child, fs.O_DIR, dir_fd=fd)
+            try:
+                os.fchmod(cfd, SCRATCH_MODE)
+                os.fchown(cfd, uid, gid)
+            finally:
+                os.close(cfd)
+    except BaseException:
+        os.close(fd)
+        unmount(tree, image)
+        raise
+    os.close(fd)
+    state.pause_point("mounted")
+
+
+def _tree_fd(tree: Tree) -> int | None:
+    from launcher.sizelimit import _tree_fd
+
+    return _tree_fd(tree)
+
+
+def unmount(tree: Tree, image: str) -> list[str]:
+    """Shut down, detach and release every mount of this image on the tree root, then
+    truncate and unlink the image. Constant time: no file of the job is visited."""
+    errors: list[str] = []
+    for _ in range(16):
+        fd = _tree_fd(tree)
+        if fd is None:
+            break
+        try:
+            if not ours_at(fd, image):
+                break
+            try:
+                # No more I/O through anything anyone holds (rule 6), and no writeback.
+                fcntl.ioctl(fd, FS_IOC_SHUTDOWN, FS_GOING_DOWN_NOLOGFLUSH.to_bytes(4, "little"))
+            except OSError:
+                pass
+            _release(fd)
+            libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
+        except OSError as e:
+            errors.append(f"unmount the capacity image on {tree.path}: {e.strerror}")
+            break
+        finally:
+            os.close(fd)
+    else:
+        errors.append(f"unmount the capacity image on {tree.path}: still mounted after 16 "
+                      "attempts")
+    if not errors:
+        errors += remove_image(image)
+    return errors
+
+
+def remove_image(image: str) -> list[str]:
+    """Truncate (the space is free now, even if the loop device still holds the file)
+    and unlink the image; nothing if it is gone."""
+    try:
+        fd = os.open(image, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        return [f"open {image}: {e.strerror}"]
+    try:
+        os.ftruncate(fd, 0)
+        os.unlink(image)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        return [f"remove {image}: {e.strerror}"]
+    finally:
+        os.close(fd)
+    return []
+
+
+def _release(fd: int) -> None:
+    """Hand the last reference to the mount at fd to a detached process of its own: it
+    closes it (the kernel then evicts the file system's inodes and the loop device
+    clears itself) once this process has exited, so the epilog never waits for that.
+    If this process dies first, the pipe closes and the release happens all the same."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.fork() != 0:
+                os._exit(0)
+            os.setsid()
+            keep = {fd, r}
+            for n in range(3):
+                null = os.open("/dev/null", os.O_RDWR)
+                os.dup2(null, n)
+                os.close(null)
+            for n in _open_fds():
+                if n > 2 and n not in keep:
+                    try:
+                        os.close(n)
+                    except OSError:
+                        pass
+            os.read(r, 1)  # EOF: the epilog is gone (or gave up on us)
+            os.close(fd)
+        finally:
+            os._exit(0)
+    os.close(r)
+    os.waitpid(pid, 0)
+    _releasers.append(w)  # closed when this process exits
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 1024))
+
+
+# ------------------------------------------------------------------------ gc / recover
+
+
+def job_of_image(path: str) -> str | None:
+    """The job id in an image's name (jobns-<role>-<job id>.img), None if not ours."""
+    name = os.path.basename(path)
+    if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
+        return None
+    role_job = name[len(PREFIX):-len(SUFFIX)]
+    return role_job.split("-", 1)[1] if "-" in role_job else None
+
+
+def sweep(config: Config, keep_jobs: set[str], dry: bool = False) -> list[str]:
+    """Reclaim what is under the scratch base of jobs that have no state directory any
+    more (a record, even a damaged one, keeps its job's images: gc removes only what it
+    proved dead): their loop mounts (detached by fd), loop devices, then the image.
+    Returns what was (or, dry, would be) done, for gc's report."""
+    base = base_of(config)
+    if not os.path.isdir(base):
+        return []
+    done: list[str] = []
+    devices = loop.backed_by(base)
+    base_fd = open_base(base)
+    try:
+        fcntl.flock(base_fd, fcntl.LOCK_EX)
+        names = {name for name, _ in _images(base_fd)}
+        paths = {f"{base.rstrip('/')}/{n}" for n in names} | set(devices.values())
+        for path in sorted(paths):
+            if job_of_image(path) in keep_jobs:
+                continue
+            if dry:
+                done.append(f"would remove the disk capacity {path} (no job record)")
+                continue
+            for dev, back in devices.items():
+                if back == path:
+                    done += _detach_device(dev)
+            if os.path.basename(path) in names:
+                problems = remove_image(path)
+                done += problems or [f"removed the disk capacity {path} (no job record)"]
+    finally:
+        os.close(base_fd)
+    return done
+
+
+def _detach_device(dev: str) -> list[str]:
+    """Detach every mount of a loop device (by an O_PATH fd of its mount point, never
+    following a symlink), then the device itself if it is still attached."""
+    out = []
+    for m in mountinfo.mounts():
+        if m.source != dev:
+            continue
+        try:
+            fd = libc.openat2(AT_FDCWD, m.point, os.O_PATH | os.O_CLOEXEC,
+                              libc.RESOLVE_NO_SYMLINKS)
+        except OSError:
+            continue
+        try:
+            found = _mount_of(fd)
+            if found is not None and found.source == dev:
+                libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
+                out.append(f"detached {dev} from {m.point}")
+        except OSError as e:
+            out.append(f"detach {dev} from {m.point}: {e.strerror}")
+        finally:
+            os.close(fd)
+    try:
+        loop.detach(dev)
+    except OSError as e:
+        if e.errno not in (errno.ENXIO, errno.EBUSY, errno.ENOENT):
+            out.append(f"detach {dev}: {e.strerror}")
+    return out
