@@ -42,9 +42,10 @@ SQUEUE_CHUNK = 200  # job ids per squeue call
 
 def slurm_job_states(job_ids: list[str]) -> dict[str, str] | None:
     """Slurm's state of each of these jobs (the ones recorded on this node: never the
-    whole queue, which on a big cluster is a full-queue query per node). A job missing
-    from the answer is unknown to the controller (never a Slurm job, or ended more than
-    MinJobAge ago). None when Slurm cannot be asked."""
+    whole queue, which on a big cluster is a full-queue query per node). A numeric id
+    missing from the answer is unknown to the controller (never a Slurm job, or ended
+    more than MinJobAge ago); other ids are never asked about. None when Slurm cannot be
+    asked."""
     states: dict[str, str] = {}
     numeric = [j for j in job_ids if j.isdigit()]  # anything else is no Slurm job id
     for i in range(0, len(numeric), SQUEUE_CHUNK):
@@ -225,15 +226,17 @@ def main(opts: Options, _command: list[str]) -> int:
                 problems += 1
             continue
         recorded_paths |= {t.tree.path for t in record.trees}
-        dead = job_id not in alive if alive is not None else \
+        # Only a numeric id can be a Slurm job's; any other is judged by its record.
+        by_slurm = alive is not None and job_id.isdigit()
+        dead = job_id not in alive if alive is not None and by_slurm else \
             dead_by_record(config.state_dir, job_id, record)
         if not dead:
-            if alive is not None and record.state not in ("running", state.REFUSED):
+            if by_slurm and record.state not in ("running", state.REFUSED):
                 problems += recover_live(config, job_id, dry)
             continue
-        why = "not alive in Slurm" if alive is not None else f"recorded state {record.state}"
+        why = "not alive in Slurm" if by_slurm else f"recorded state {record.state}"
         summary["dead_jobs"] += 1
-        if slurm is not None and job_id not in slurm:
+        if by_slurm and slurm is not None and job_id not in slurm:
             summary["unknown_to_slurm"] += 1
             why = "unknown to Slurm"
             say(f"jobns gc: warning: Slurm does not know job {job_id} (not a Slurm job, or it "
