@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from launcher.cli import COMMANDS, command_help
 from launcher.manpage import render
+from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,8 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def formatted(tmp_path: Path) -> str:
     page = tmp_path / "jobns.1"
     page.write_text(render())
-    if shutil.which("groff") is None:
-        pytest.skip("groff is not installed")
+    require(shutil.which("groff") is not None, "groff is not installed (ci/install-system)")
     r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stderr == "", r.stderr
