@@ -64,8 +64,9 @@ SESSION_DIR = Opt("--session-dir", VALUE, "the job's ARC session directory, "
                   "<session root>/<arc-job-id>: moved into scratch before the job, back "
                   "after it (default: [staging] session_dir)", "PATH")
 RECOVER_JOB = Opt("--job-id", VALUE, "only this job (default: every job on this node)", "ID")
-FORMAT = Opt("--format", VALUE, "sh (export lines, usable as a Slurm TaskProlog) or json",
-             "sh|json")
+FORMAT = Opt("--format", VALUE, "sh (quoted export lines for eval), slurm (a Slurm "
+             "TaskProlog: verbatim export lines; makes the PMIx directories) or json",
+             "sh|slurm|json")
 JSON = Opt("--json", FLAG, "machine-readable output")
 GC_DRY = Opt("--dry-run", FLAG, "say what would be removed; remove nothing")
 NO_SLURM = Opt("--no-slurm", FLAG, "do not ask Slurm which jobs are alive; use recorded state")

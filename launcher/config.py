@@ -81,8 +81,9 @@ def _section(raw: dict[str, object], name: str) -> dict[str, object]:
 
 
 class Config:
-    __slots__ = ("arc", "capacity", "directive_word", "kill_wait", "lifecycle", "local_base",
-                 "raw", "shared_base", "shm_base", "source", "staging", "state_dir")
+    __slots__ = ("arc", "capacity", "directive_word", "enforce", "kill_wait", "lifecycle",
+                 "local_base", "raw", "shared_base", "shm_base", "source", "staging",
+                 "state_dir")
 
     def __init__(self, raw: dict[str, object], source: str | None) -> None:
         merged = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
@@ -110,6 +111,9 @@ class Config:
         self.directive_word = str(_section(raw, "directives").get("word", "JOBNS"))
         self.staging = StagingConfig(_section(raw, "staging"))
         self.lifecycle = LifecycleConfig(_section(raw, "lifecycle"))
+        # [slurm] enforce: the site's SPANK plugin puts every task in the job's namespace,
+        # so the prolog makes that namespace root's (README "Enforced by Slurm").
+        self.enforce = _section(raw, "slurm").get("enforce", False) is True
 
 
 def config_path(flag: str | None, environ: dict[str, str]) -> tuple[str | None, bool]:

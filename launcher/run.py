@@ -48,6 +48,14 @@ def main(opts: Options, command: list[str]) -> int:
     job = job_from(opts, environ)
     kill_wait = kill_wait_from(opts, config)
     net_none = net_from(opts)
+    from launcher.enforced import inside_job
+
+    if inside_job(environ, job.job_id):
+        if opts.get("dry_run"):
+            print(f"# already inside job {job.job_id}'s namespace (joined by Slurm's jobns "
+                  "plugin): run the command there")
+            return 0
+        return run_inside(job, command, environ, kill_wait, net_none)
     from launcher import state
 
     joined = state.read_run_env(config.state_dir, job.job_id)
@@ -71,6 +79,36 @@ def main(opts: Options, command: list[str]) -> int:
     return run_standalone(plan, job, command, environ, kill_wait, net_none, config.state_dir)
 
 
+def run_inside(job: Job, command: list[str], environ: dict[str, str], kill_wait: float,
+               net_none: bool) -> int:
+    """Inside a job enforced through Slurm: no namespace to make or join, and the state
+    directory is hidden here. Supervise the command with the job environment (the
+    plugin set the job-wide variables; the per-step PMIx ones are computed here)."""
+    from launcher.environment import job_environment, pmix_dirs
+    from launcher.inputs import config_from_run_env
+
+    env = {**environ, **job_environment(config_from_run_env({}), job)}
+    root_for_user = os.geteuid() == 0 and job.user.uid != 0
+    if root_for_user:
+        env.update(HOME=job.user.home, USER=job.user.name, LOGNAME=job.user.name)
+    task_dirs = pmix_dirs(env)
+    me = os.getpid()
+
+    def prepare() -> None:
+        # The namespace is root's (the host's user namespace): root may act in it.
+        if net_none:
+            namespace.unshare_net()
+            namespace.loopback_up()
+        if root_for_user:
+            switch_user(job.user)
+        arm_child_death_signal(me)
+        make_task_dirs(task_dirs)
+
+    sup = Supervisor(kill_wait)
+    sup.start(prepare, command, env)
+    return sup.wait()
+
+
 def run_joined(values: dict[str, str], job: Job, command: list[str], environ: dict[str, str],
                kill_wait: float | None, net_none: bool, named: bool) -> int:
     """The job was set up by a prolog: join its pinned namespace(s); nothing to make or remove.
@@ -84,6 +122,13 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
 
     owner = int(values["uid"])
     caller = os.geteuid()
+    # Enforced through Slurm: the namespace is root's, so root joins before it becomes
+    # the owner, and nobody else can join it (its tasks are put there by the plugin).
+    enforced = values.get("enforced") == "1" and owner != 0
+    if enforced and caller != 0:
+        raise JobnsError(f"join job {job.job_id}: the site puts every task of this job in "
+                         "its namespace through Slurm (the jobns SPANK plugin); start the "
+                         "task inside the job (srun, or the batch script), not from outside")
     if caller != 0 and caller != owner:
         raise JobnsError(f"join job {job.job_id}: it belongs to uid {owner}, not to you "
                          f"(uid {caller})")
@@ -112,11 +157,14 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
             # Imported here, in the host's namespace: after the join, an import would
             # read the job's view of the file system.
             import pyroute2  # noqa: F401
-        if caller == 0 and owner != 0:
+        if caller == 0 and owner != 0 and not enforced:
             switch_user(job.user)  # first: root never enters a namespace the user owns
         # The job user enters through the user namespace she owns (the only way an
-        # unprivileged process may setns); a root job's namespace is root's.
+        # unprivileged process may setns); a root job's namespace is root's, and so is
+        # an enforced job's.
         namespace.join(user_pin, mnt_pin)
+        if enforced:
+            switch_user(job.user)
         if net_none:
             namespace.unshare_net()
             namespace.loopback_up()

@@ -310,6 +310,31 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                     'maxLength': 4096,
                                                     'minLength': 1,
                                                     'type': 'string'},
+                                       'slurm': {'additionalProperties': False,
+                                                 'description': 'Slurm integration (README '
+                                                                "'Enforced by Slurm').",
+                                                 'properties': {'enforce': {'description': 'The '
+                                                                                           'SPANK '
+                                                                                           'plugin '
+                                                                                           'puts '
+                                                                                           'every '
+                                                                                           'task '
+                                                                                           'of '
+                                                                                           'every '
+                                                                                           'job in '
+                                                                                           'the '
+                                                                                           "job's "
+                                                                                           'namespace; '
+                                                                                           'setup '
+                                                                                           'makes '
+                                                                                           'that '
+                                                                                           'namespace '
+                                                                                           "root's "
+                                                                                           '(no '
+                                                                                           'user '
+                                                                                           'namespace).',
+                                                                            'type': 'boolean'}},
+                                                 'type': 'object'},
                                        'staging': {'additionalProperties': False,
                                                    'description': 'Session-directory staging (seed '
                                                                   '001) and #JOBNS '

@@ -1,0 +1,231 @@
+/*
+ * jobns_spank.c: put every task of a Slurm job into the job's mount namespace.
+ *
+ * One thing only: in slurm_spank_task_init_privileged (slurmstepd calls it as root in
+ * each task it forks, the batch script included, before it drops privileges) open the
+ * namespace `jobns setup` (the prolog) pinned for this job and setns() into it. Every
+ * decision is the prolog's (Python): which directories, which namespace, which variables
+ * a task gets (the `env.NAME=VALUE` lines of run.env), and whether the job was refused.
+ *
+ *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns]
+ *
+ * Fail closed, but never the node: a job that is not set up, was refused, or whose pin
+ * is not a root-owned mount namespace gets its task killed (exit 1) with one line
+ * ("slurmstepd: error: jobns: ...") in the job's output; slurmstepd and slurmd go on.
+ * Security: root joins only a namespace owned by the host's user namespace (the one
+ * slurmstepd runs in), i.e. one no job user can mount in (SECURITY.md rule 1); every
+ * path is opened component by component without following links, and run.env and the
+ * directories must be root's and writable by nobody else.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/nsfs.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(jobns, 1);
+
+#define DEFAULT_STATE_DIR "/run/jobns"
+#define RUN_ENV_MAX 65536
+#define JOINED_VAR "JOBNS_JOINED"
+
+/* The task must not start: say why in the job's output and end this task only (this
+ * hook runs in the task's own child of slurmstepd). Tried on Slurm 22.05, for a batch
+ * script and for srun steps: exit 1 here fails the job with this one line in its output,
+ * and the node stays idle. Returning -1 also leaves the node idle, but adds three lines
+ * of slurmstepd's own ("task_init_privileged() failed", "write to unblock task 0
+ * failed"). Neither path fails slurmd or the step daemon, so neither drains the node. */
+static void refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void refuse(const char *fmt, ...)
+{
+	char msg[2300];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	slurm_error("jobns: %s", msg);
+	_exit(1);
+}
+
+/* Open name under dir (AT_FDCWD: an absolute path) without following a link; it must
+ * be root's and writable by nobody else (a directory when want_dir). */
+static int open_root_owned(int dir, const char *name, int want_dir, const char *shown)
+{
+	struct stat st;
+	int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
+				   (want_dir ? O_DIRECTORY : 0));
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022) ||
+	    (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+		close(fd);
+		refuse("refuse %s: not root's, or writable by others (check state_dir)", shown);
+	}
+	return fd;
+}
+
+static const char *state_dir_arg(int ac, char **av)
+{
+	const char *dir = DEFAULT_STATE_DIR;
+
+	for (int i = 0; i < ac; i++) {
+		if (strncmp(av[i], "state_dir=", 10) == 0)
+			dir = av[i] + 10;
+		else
+			refuse("plugstack.conf: unknown argument '%s' (only state_dir=PATH)", av[i]);
+	}
+	if (dir[0] != '/' || strstr(dir, "/..") || strlen(dir) > 1024)
+		refuse("plugstack.conf: state_dir=%s must be an absolute path without '..'", dir);
+	return dir;
+}
+
+/* Copy the value of the line "key=..." of run.env into out (cut to size); 0 if absent. */
+static int value_of(const char *text, const char *key, char *out, size_t size)
+{
+	size_t n = strlen(key);
+
+	for (const char *line = text; line && *line;) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+
+		if (len > n && strncmp(line, key, n) == 0 && line[n] == '=') {
+			len -= n + 1;
+			if (len >= size)
+				len = size - 1;
+			memcpy(out, line + n + 1, len);
+			out[len] = '\0';
+			return 1;
+		}
+		line = end ? end + 1 : NULL;
+	}
+	return 0;
+}
+
+/* Each "env.NAME=VALUE" line of run.env becomes NAME=VALUE in the task's environment. */
+static void set_job_environment(spank_t sp, const char *text, const char *shown)
+{
+	const char *line = text;
+
+	while (line && *line) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+
+		if (len > 4 && strncmp(line, "env.", 4) == 0) {
+			char buf[4200];
+			char *eq;
+
+			if (len >= sizeof(buf))
+				refuse("%s: a variable longer than %zu bytes", shown, sizeof(buf));
+			memcpy(buf, line + 4, len - 4);
+			buf[len - 4] = '\0';
+			eq = strchr(buf, '=');
+			if (!eq || eq == buf)
+				refuse("%s: malformed line 'env.%s'", shown, buf);
+			*eq = '\0';
+			if (spank_setenv(sp, buf, eq + 1, 1) != ESPANK_SUCCESS)
+				refuse("set %s in the task's environment", buf);
+		}
+		line = end ? end + 1 : NULL;
+	}
+}
+
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+	char job[16], shown[1200], text[RUN_ENV_MAX + 1], cwd[4096], joined[96];
+	char value[64], reason[2048];
+	struct stat pin, mine, owner;
+	struct statfs fs;
+	const char *state_dir;
+	uint32_t job_id;
+	int top, jobs, dir, ns, envfd, fd, userns, have_cwd;
+	ssize_t len;
+
+	if (!spank_remote(sp))
+		return 0;
+	state_dir = state_dir_arg(ac, av);
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+		refuse("no job id from slurmstepd");
+	snprintf(job, sizeof(job), "%u", job_id); /* digits only: a safe path component */
+	snprintf(shown, sizeof(shown), "%s/jobs/%s", state_dir, job);
+
+	top = open_root_owned(AT_FDCWD, state_dir, 1, state_dir);
+	jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
+	dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
+	envfd = dir < 0 ? -1 : open_root_owned(dir, "run.env", 0, shown);
+	if (envfd < 0)
+		refuse("job %s is not set up on this node (%s/run.env: %s): its prolog (jobns "
+		       "setup) did not run or failed; see the prolog's log", job, shown,
+		       strerror(errno));
+	len = read(envfd, text, RUN_ENV_MAX);
+	close(envfd);
+	if (len < 0)
+		refuse("read %s/run.env: %s", shown, strerror(errno));
+	text[len] = '\0';
+
+	if (!value_of(text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
+		refuse("%s/run.env: unknown version (set up by another jobns version?)", shown);
+	if (value_of(text, "closed", value, sizeof(value))) {
+		if (strcmp(value, "refused") == 0)
+			refuse("job %s was refused by jobns setup on this node: %s", job,
+			       value_of(text, "reason", reason, sizeof(reason)) ? reason
+			       : "see the prolog's log");
+		refuse("job %s is %s on this node (state %s): no task may start now", job,
+		       (!strcmp(value, "post-run") || !strcmp(value, "staging-out") ||
+			!strcmp(value, "teardown")) ? "ending" : "still being set up", value);
+	}
+	set_job_environment(sp, text, shown);
+
+	ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+	fd = ns < 0 ? -1 : openat(ns, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		refuse("open %s/ns/mnt: %s", shown, strerror(errno));
+	if (fstatfs(fd, &fs) < 0 || fs.f_type != NSFS_MAGIC ||
+	    ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNS || fstat(fd, &pin) < 0)
+		refuse("%s/ns/mnt is not a pinned mount namespace", shown);
+	/* Owned by the user namespace slurmstepd runs in (the host's): nobody but root can
+	 * mount in it. A namespace a user made (in her own user namespace) is refused. */
+	userns = ioctl(fd, NS_GET_USERNS);
+	if (userns < 0 || fstat(userns, &owner) < 0 || stat("/proc/self/ns/user", &mine) < 0 ||
+	    owner.st_dev != mine.st_dev || owner.st_ino != mine.st_ino)
+		refuse("job %s's namespace belongs to its user, so root will not enter it (set "
+		       "[slurm] enforce = true in jobns.toml on this node)", job);
+	close(userns);
+
+	have_cwd = getcwd(cwd, sizeof(cwd)) != NULL;
+	if (setns(fd, CLONE_NEWNS) < 0)
+		refuse("join %s/ns/mnt: %s", shown, strerror(errno));
+	close(fd);
+	close(ns);
+	close(dir);
+	close(jobs);
+	close(top);
+	/* setns() moved us to the namespace's root: look the working directory up again
+	 * inside (a directory under the host's /tmp is not there; start in /tmp then). */
+	if (!have_cwd || chdir(cwd) < 0) {
+		slurm_info("jobns: working directory %s does not exist inside job %s; "
+			   "starting in /tmp", have_cwd ? cwd : "?", job);
+		if (chdir("/tmp") < 0)
+			refuse("chdir /tmp inside job %s: %s", job, strerror(errno));
+	}
+	/* For `jobns run` inside the task: it is in the job's namespace already. */
+	snprintf(joined, sizeof(joined), "%s:%ju:%ju", job, (uintmax_t)pin.st_dev,
+		 (uintmax_t)pin.st_ino);
+	if (spank_setenv(sp, JOINED_VAR, joined, 1) != ESPANK_SUCCESS)
+		refuse("set %s in the task's environment", JOINED_VAR);
+	return 0;
+}
