@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 import stat
 
-from launcher.errors import JobnsError
+from launcher.errors import JobnsError, UserError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -114,7 +114,8 @@ def build(c: CdiConfig, job_id: str, binds: list[tuple[str, str]], env: dict[str
 def verified_binds(plan: Plan, handles: list[TreeHandle]) -> list[tuple[str, str]]:
     """(target, host source) of the plan's binds, each source checked now: the path,
     looked up without following a link at its end, is the directory the verified
-    handle holds. Else JobnsError: such a spec is never written."""
+    handle holds. Else UserError (her tree root is hers to rename: a swap fails her job,
+    never the node): such a spec is never written."""
     from launcher import fs
 
     out = []
@@ -125,18 +126,18 @@ def verified_binds(plan: Plan, handles: list[TreeHandle]) -> list[tuple[str, str
         try:
             st = os.stat(src, follow_symlinks=False)
         except OSError as e:
-            raise JobnsError(f"write the CDI spec of job {tree.name}: {src}: {e.strerror} "
-                             "(moved while setting up?); refusing") from None
+            raise UserError(f"write the CDI spec of the job: {src}: {e.strerror} (moved "
+                            "while setting up?); refusing") from None
         if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != want:
-            raise JobnsError(f"write the CDI spec of job {tree.name}: {src} is not the job's "
-                             "verified directory (replaced while setting up?); refusing")
+            raise UserError(f"write the CDI spec of the job: {src} is not the job's verified "
+                            "directory (replaced while setting up?); refusing")
         out.append((b.target, src))
     return out
 
 
-def _open_dir(path: str, create: bool) -> int | None:
-    """The spec directory, checked: root's, writable by root only. None if it is absent
-    and create is False."""
+def _open_dir(path: str, create: bool, check: bool = True) -> int | None:
+    """The spec directory, checked (unless check is False): root's, writable by root only.
+    None if it is absent and create is False."""
     if create:
         try:
             os.mkdir(path, 0o755)
@@ -153,7 +154,7 @@ def _open_dir(path: str, create: bool) -> int | None:
         raise JobnsError(f"open CDI spec directory {path}: {e.strerror}; fix [cdi] dir in the "
                          "config") from None
     st = os.fstat(fd)
-    if st.st_uid != 0 or st.st_mode & 0o022:
+    if check and (st.st_uid != 0 or st.st_mode & 0o022):
         os.close(fd)
         raise JobnsError(f"refuse CDI spec directory {path}: not owned by root or writable by "
                          "others (anybody could define devices there); fix it or [cdi] dir")
@@ -205,7 +206,9 @@ def remove(config: Config, job_id: str) -> list[str]:
     if c is None or not device_name_ok(job_id):
         return []
     try:
-        fd = _open_dir(c.dir, create=False)
+        # Unchecked: removing our one name never follows a link, and a spec directory that
+        # went bad must not keep a job's spec (write refuses to write there).
+        fd = _open_dir(c.dir, create=False, check=False)
     except JobnsError as e:
         return [str(e)]
     if fd is None:
@@ -225,6 +228,14 @@ def publish(config: Config, job: Job, plan: Plan, handles: list[TreeHandle]) -> 
     """setup: write the job's spec (if CDI is configured); returns its path."""
     c = settings(config)
     if c is None:
+        return None
+    if not device_name_ok(job.job_id):
+        # Not the node's fault, nor worth failing the job: its tasks work, only CDI cannot
+        # name it (Slurm's ids always can).
+        import sys
+
+        sys.stderr.write(f"jobns: setup {job.job_id}: warning: no CDI spec: the job id is not "
+                         "a CDI device name (a letter or digit first)\n")
         return None
     from launcher.environment import job_environment
 

@@ -1,0 +1,169 @@
+"""Attacks on the CDI path (launcher/cdi.py): a job's spec and the hook it carries.
+
+jobnsalice owns the job; jobnsbob attacks it. A CDI spec is a list of edits an engine
+applies to any container that names the device, so the spec's createRuntime hook
+(`jobns hook --job-id JOB createRuntime`) is where rule 7 is kept: the stand-in
+container of tests/integration/test_hook.py runs it as a runtime would. The spec itself
+must only ever name the job's verified trees, even if alice renames her tree root (she
+owns it, in a sticky directory) while setup writes the spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import OsUser, Sandbox, require
+from tests.integration.test_hook import Container, holds_left, host_mounts, one_line_error
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture
+def box(sandbox: Sandbox) -> Iterator[Sandbox]:
+    require(os.path.exists("/usr/bin/nsenter"), "nsenter (util-linux) missing")
+    cdi = sandbox.root / "cdi"
+    cdi.mkdir(mode=0o755)
+    sandbox.write_config(f'[cdi]\ndir = "{cdi}"\n')
+    yield sandbox
+    subprocess.run(["umount", "-l", str(sandbox.state)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def made(box: Sandbox) -> Iterator[list[Container]]:
+    out: list[Container] = []
+    yield out
+    for c in out:
+        c.stop()
+
+
+def cdi_hook(c: Container, job: str) -> subprocess.CompletedProcess[str]:
+    """The hook exactly as a job's spec names it."""
+    cmd = c.box.cmd(["hook", "--job-id", job, "createRuntime"])
+    return subprocess.run(cmd, input=c.state("creating").decode(), capture_output=True,
+                          text=True, timeout=60, env=c.box.env(None, None), cwd="/")
+
+
+def container(box: Sandbox, made: list[Container], cid: str, user: tuple[int, int],
+              **kw: Any) -> Container:
+    c = Container(box, cid, process={"args": ["sh"], "env": ["PATH=/bin"],
+                                     "user": {"uid": user[0], "gid": user[1]}}, **kw)
+    made.append(c)
+    return c
+
+
+def setup(box: Sandbox, job: str, user: OsUser) -> None:
+    r = box.run(["setup", "--job-id", job, "--user", user.name])
+    assert r.returncode == 0, r.stderr
+
+
+def test_bobs_or_roots_container_naming_alices_device_gets_nothing(
+        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    """Attack: bob's container (or a root one) asks for alice's CDI device. The engine
+    applies the spec's mounts; the spec's hook refuses the container (exit 125 aborts it)
+    before its process runs, naming both uids and the fix."""
+    alice, bob = users
+    setup(box, "CD1", alice)
+    try:
+        for cid, ids in (("bobc", (bob.uid, bob.gid)), ("rootc", (0, 0))):
+            c = container(box, made, cid, ids)
+            c.start()
+            before = host_mounts(box)
+            r = cdi_hook(c, "CD1")
+            one_line_error(r, f"container {cid} runs as uid {ids[0]} (process.user, mapped to "
+                              f"the host), but job CD1 belongs to {alice.name} (uid "
+                              f"{alice.uid})")
+            assert host_mounts(box) == before
+        # Alice's own container passes, and sees her directories bound.
+        c = container(box, made, "alicec", (alice.uid, alice.gid))
+        c.start()
+        r = cdi_hook(c, "CD1")
+        assert (r.returncode, r.stderr) == (0, ""), r.stderr
+        inside = c.inside("tmp")
+        tree = os.stat(box.local / "job-CD1" / "tmp")
+        assert (inside.st_dev, inside.st_ino) == (tree.st_dev, tree.st_ino)
+        assert holds_left(box) == []  # a prolog's job: no holder
+    finally:
+        assert box.run(["teardown", "--job-id", "CD1"]).returncode == 0
+    assert not (box.root / "cdi" / "jobns-CD1.json").exists()
+    assert box.leftovers() == []
+
+
+def test_the_hook_refuses_a_job_that_is_not_set_up(
+        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    """--job-id never makes a standalone job: a spec left behind (or hand-written) for a
+    job that is gone gives a container nothing, and creates nothing."""
+    alice = users[0]
+    c = container(box, made, "late", (alice.uid, alice.gid))
+    c.start()
+    one_line_error(cdi_hook(c, "CD2"), "container late: job CD2 is not set up on this node")
+    assert box.leftovers() == [] and holds_left(box) == []
+
+
+def _stopped(pid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+        assert time.monotonic() < deadline, "setup did not stop at its pause point"
+        time.sleep(0.01)
+
+
+def test_a_tree_swapped_before_the_spec_is_written_is_never_named(
+        box: Sandbox, users: list[OsUser]) -> None:
+    """Attack: alice renames her tree root away and puts a link to a directory of her
+    choice in its place just before setup writes the spec (the pause point stands for
+    winning the race), hoping the spec binds that directory into her containers as the
+    job's. Setup checks every host path against the tree it verified by fd: no spec is
+    written, and her job (not the node) fails: setup exits 0, the job is refused."""
+    alice = users[0]
+    decoy = box.root / "decoy"
+    for d in ("tmp", "var_tmp"):
+        (decoy / d).mkdir(parents=True)
+    os.chown(decoy, alice.uid, alice.gid)
+    setup_proc = box.popen(["setup", "--job-id", "CD3", "--user", alice.name],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env={"JOBNS_TEST_PAUSE_IN": "cdi"})
+    try:
+        _stopped(setup_proc.pid)
+        tree = box.local / "job-CD3"
+        swap = (f"import os; os.rename({str(tree)!r}, {str(tree) + '.away'!r}); "
+                f"os.symlink({str(decoy)!r}, {str(tree)!r})")
+        r = subprocess.run(["/usr/bin/python3", "-c", swap], capture_output=True, text=True,
+                           user=alice.uid, group=alice.gid, cwd="/")
+        assert r.returncode == 0, r.stderr
+        os.kill(setup_proc.pid, signal.SIGCONT)
+        _, err = setup_proc.communicate(timeout=60)
+    finally:
+        if setup_proc.poll() is None:
+            setup_proc.kill()
+            setup_proc.wait()
+    assert setup_proc.returncode == 0, err  # her job is failed, not the node
+    assert "is not the job's verified directory" in err or "moved while setting up" in err, err
+    assert list((box.root / "cdi").iterdir()) == []
+    status = box.run(["status", "--json"])
+    assert "refused" in json.dumps([j for j in json.loads(status.stdout)["jobs"]
+                                    if "CD3" in json.dumps(j)]), status.stdout
+    assert box.run(["teardown", "--job-id", "CD3"]).returncode == 0
+
+
+def test_a_spec_directory_others_can_write_is_refused(box: Sandbox,
+                                                      users: list[OsUser]) -> None:
+    """A spec directory anybody can write is anybody's devices: setup refuses to use it
+    (a fault of the node's config: loud), and writes nothing there."""
+    alice = users[0]
+    cdi = box.root / "cdi"
+    cdi.chmod(0o777)
+    r = box.run(["setup", "--job-id", "CD4", "--user", alice.name])
+    assert r.returncode == 125, r.stderr
+    assert f"refuse CDI spec directory {cdi}: not owned by root or writable by others" \
+        in r.stderr
+    assert list(cdi.iterdir()) == []
+    box.run(["teardown", "--job-id", "CD4"])
+    assert box.leftovers() == []
