@@ -177,12 +177,31 @@ def check_set_up(config: Config, st: oci.OciState, cid: str, job_id: str, b: Bun
     try:
         handles = acquire_all(plan, uid, gid, create=False, lock=False)
         try:
-            mounts.apply(ns_fd, f"/proc/{st.pid}/ns/mnt", b.rootfs, plan, handles)
+            if not already_bound(st.pid, b.rootfs, plan, handles):
+                mounts.apply(ns_fd, f"/proc/{st.pid}/ns/mnt", b.rootfs, plan, handles)
         finally:
             for h in handles:
                 h.close()
     finally:
         os.close(ns_fd)
+
+
+def already_bound(pid: int, rootfs: str, plan: Plan, handles: list[TreeHandle]) -> bool:
+    """Did the runtime bind exactly the job's verified trees at every target (a CDI spec's
+    or oci-config's mounts)? Looked at through /proc/PID/root, which resolves in the
+    container's mount namespace: no bind child to fork, the common case of a CDI hook.
+    Only a yes skips anything; any doubt (a link on the way, another directory) leaves it
+    to mounts.apply, which walks without following links and binds or refuses."""
+    from launcher import fs
+
+    for bind in plan.binds:
+        try:
+            st = os.stat(f"/proc/{pid}/root{rootfs}{bind.target}", follow_symlinks=False)
+        except OSError:
+            return False
+        if (st.st_dev, st.st_ino) != fs.identity(handles[bind.tree], bind.child):
+            return False
+    return True
 
 
 def recorded(state_dir: str, job_id: str) -> Record | None:
