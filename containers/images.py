@@ -56,6 +56,8 @@ BASE, DEPS, NODE = "jobns-rig-base", "jobns-rig-deps", "jobns-rig-node"
 USERS = (("alice", 1001), ("bob", 1002))
 VENV = "/opt/jobns/venv"
 WHEEL_DIR = "/opt/jobns/wheels"
+SPANK_PLUGIN = "jobns_spank.so"
+REPO = Path(__file__).resolve().parents[1]
 
 Log = Callable[[str], None]
 
@@ -184,7 +186,7 @@ def build_base(client: Any, mirror: str, force: bool, log: Log) -> tuple[str, bo
 def _build_layer(client: Any, kind: str, repo: str, dockerfile: str, files: list[Path],
                  force: bool, log: Log) -> tuple[str, bool]:
     """Build `dockerfile` with `files` in its context, tagged by a hash of both."""
-    h = digest(RECIPE, dockerfile, *sorted(f"{p.name}={wheels.wheel_digest(p)}" for p in files))
+    h = digest(RECIPE, dockerfile, *sorted(f"{p.name}={_file_digest(p)}" for p in files))
     tag = f"{repo}:{h}"
     if not force and image_exists(client, tag):
         return tag, False
@@ -207,6 +209,23 @@ def _build_layer(client: Any, kind: str, repo: str, dockerfile: str, files: list
         except docker.errors.APIError as e:
             raise RigError(f"build {kind} image {tag}: {e}") from None
     return tag, True
+
+
+def _file_digest(path: Path) -> str:
+    if path.suffix == ".whl":
+        return wheels.wheel_digest(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def spank_plugin(out_dir: Path) -> Path:
+    """The jobns SPANK plugin, built on the host by ci/build-spank against Debian's
+    libslurm-dev (the image's Slurm is the same Debian 22.05)."""
+    out = out_dir / SPANK_PLUGIN
+    r = subprocess.run([str(REPO / "ci" / "build-spank"), "--output", str(out)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RigError(f"build the jobns SPANK plugin: {r.stderr.strip()}")
+    return out
 
 
 def deps_dockerfile(base: str, requirements: list[str]) -> str:
@@ -232,6 +251,8 @@ def node_dockerfile(deps: str, wheel: str) -> str:
     return f"""\
 FROM {deps}
 COPY wheels/{wheel} {WHEEL_DIR}/
+# the SPANK plugin, where ci/slurm/plugstack.conf names it (used by SlurmCluster(enforce=True))
+COPY wheels/{SPANK_PLUGIN} /opt/jobns/lib/{SPANK_PLUGIN}
 # /usr/local/bin is on every user's PATH (su resets PATH): ordinary users find jobns too
 RUN {VENV}/bin/python -m pip install --no-index --no-deps --no-cache-dir \\
     --disable-pip-version-check --force-reinstall {WHEEL_DIR}/{wheel} \\
@@ -258,6 +279,7 @@ def build(client: Any | None = None, *, force: bool = False, mirror: str | None 
     dep_wheels = sorted(dep_dir.glob("*.whl"))
     with tempfile.TemporaryDirectory(prefix="jobns-wheel-") as wdir:
         jobns = wheels.jobns_wheel(Path(wdir))
+        plugin = spank_plugin(Path(wdir))
         times["wheels"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -265,7 +287,7 @@ def build(client: Any | None = None, *, force: bool = False, mirror: str | None 
                                  force, log)
         built += [deps] if new else []
         node, new = _build_layer(client, "node", NODE, node_dockerfile(deps, jobns.name),
-                                 [jobns], force, log)
+                                 [jobns, plugin], force, log)
         built += [node] if new else []
         times["layers"] = time.monotonic() - t
     return ImageSet(base, deps, node, times, built)

@@ -15,8 +15,11 @@ jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents: the
 tested scripts ci/slurm/prolog and ci/slurm/epilog (byte for byte) go to
 /etc/jobns/slurm/ on every compute node, and slurm.conf gets Prolog= and Epilog=
 (JOBNS_CONF; no PrologFlags: a node's prolog runs before its first step). Tasks then
-run as `srun jobns run -- CMD`. Other settings (TaskProlog=, ...) go through `extra`,
-which wins over both.
+run as `srun jobns run -- CMD`. enforce=True (with jobns=True) deploys as README
+"Enforced by Slurm" says: ci/slurm/plugstack.conf on every node (sbatch and srun read it
+too), PlugStackConfig= in slurm.conf, and `[slurm] enforce = true` in every compute's
+jobns.toml; the image carries the plugin (containers/images.py). Other settings
+(TaskProlog=, ...) go through `extra`, which wins over both.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ JOBNS_CONF = {
     "Prolog": f"{JOBNS_HOOKS}/prolog",
     "Epilog": f"{JOBNS_HOOKS}/epilog",
 }
+ENFORCE_CONF = {"PlugStackConfig": f"{JOBNS_HOOKS}/plugstack.conf"}
 # Batch scripts and their output, on the shared volume: written on the controller
 # (where sbatch reads the script), written to by the batch step on the first node.
 WORK = "/lustre/slurm"
@@ -92,13 +96,18 @@ def render_conf(controller: str, computes: Sequence[str], *, cpus: int = 1,
 
 class SlurmCluster:
     def __init__(self, rig: Rig, controller: str, computes: Sequence[str], *,
-                 jobns: bool = False, extra: Mapping[str, str] | None = None) -> None:
+                 jobns: bool = False, enforce: bool = False,
+                 extra: Mapping[str, str] | None = None) -> None:
+        if enforce and not jobns:
+            raise RigError("SlurmCluster: enforce=True needs jobns=True")
         self.rig = rig
         self.controller = rig.node(controller)
         self.computes = [rig.node(h) for h in computes]
         self.jobns = jobns
+        self.enforce = enforce
         self.conf = render_conf(controller, computes,
-                                extra={**(JOBNS_CONF if jobns else {}), **(extra or {})})
+                                extra={**(JOBNS_CONF if jobns else {}),
+                                       **(ENFORCE_CONF if enforce else {}), **(extra or {})})
         self.timings: dict[str, float] = {}
 
     @property
@@ -114,6 +123,13 @@ class SlurmCluster:
         if self.jobns:
             for n in self.computes:
                 install_jobns_hooks(n)
+        if self.enforce:
+            plugstack = (CI_SLURM / "plugstack.conf").read_text()
+            for n in self.members:
+                n.put_file(f"{JOBNS_HOOKS}/plugstack.conf", plugstack, mode=0o644)
+            for n in self.computes:
+                n.sh("printf '[slurm]\\nenforce = true\\n' >> /etc/jobns/jobns.toml").check(
+                    f"enforce in {n.hostname}'s jobns.toml")
         self.controller.exec(["install", "-d", "-m", "1777", WORK]).check(
             f"create {WORK} on the shared volume")
         self.controller.exec(["slurmctld"]).check("start slurmctld on "

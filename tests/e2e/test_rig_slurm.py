@@ -321,3 +321,98 @@ def test_setup_pins_the_job_whatever_cpu_made_its_namespace(docker_client: Any,
         assert "setup exit 0" in r.stdout and "teardown exit 0" in r.stdout, out
         assert "left: " not in r.stdout, out
         assert "pins while set up: 2" in r.stdout, out  # the user and the mount pin
+
+
+# ---------------------------------------------------------------- enforced (issue 11)
+# The same cluster deployed as README "Enforced by Slurm": the jobns SPANK plugin in
+# PlugStackConfig and `[slurm] enforce = true`. Nothing is wrapped in `jobns run` unless
+# said so: the batch script, an unwrapped step and an interactive `srun --pty` step all
+# land in the job's namespace on each node.
+
+
+@pytest.fixture(scope="module")
+def enforced(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
+    with Rig(rig_image, hostnames=["ctl", *COMPUTES], client=docker_client,
+             config={"kill_wait": 2}) as rig:
+        cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, enforce=True)
+        cluster.start()
+        before = {n.hostname: mountpoints(n) for n in cluster.computes}
+        for host, points in before.items():
+            BASELINE.setdefault(host, points)  # the same image: the same node mounts
+        yield cluster
+        assert enforced_leftovers(cluster, before) == []
+
+
+def enforced_leftovers(cluster: SlurmCluster, before: dict[str, dict[str, str]]) -> list[str]:
+    found = []
+    for n in cluster.computes:
+        r = n.sh(f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/*-from-* "
+                 f"/dev/shm/*-from-* {JOBS}/* 2>/dev/null; true")
+        found += [f"{n.hostname}: {p}" for p in r.stdout.split()]
+        for point, fstype in mountpoints(n).items():
+            if fstype == "nsfs" or (point not in before[n.hostname] and point != STATE):
+                found.append(f"{n.hostname}: mount {point} ({fstype})")
+    states = cluster.node_states()
+    found += [f"{h}: Slurm state {states.get(h)}" for h in COMPUTES if states.get(h) != "idle"]
+    return found
+
+
+EVERY_PATH = """\
+#!/bin/sh
+#SBATCH -N2
+# the batch script (on the first node), an unwrapped step, a wrapped one, an interactive one
+echo batch $(hostname) $(readlink /proc/self/ns/mnt) $TMPDIR
+echo a > /tmp/batch-from-$(hostname)
+srun -N2 sh -c 'h=$(hostname); echo p > /tmp/plain-from-$h; echo s > /dev/shm/shm-from-$h; \
+echo plain $h $(readlink /proc/self/ns/mnt) $(df -B1 --output=size /dev/shm | tail -1) $(ls /tmp)'
+srun -N2 jobns run -- sh -c 'echo wrapped $(hostname) $(readlink /proc/self/ns/mnt) $PMIX_NSDIR'
+script -qec "srun -N2 sh -c 'echo pty \\$(hostname) \\$(readlink /proc/self/ns/mnt); \
+echo t > /tmp/pty-from-\\$(hostname)'" /dev/null
+"""
+
+
+def test_enforced_two_node_job_every_process_in_each_nodes_namespace(
+        enforced: SlurmCluster) -> None:
+    job_id = enforced.sbatch(ALICE, EVERY_PATH, "--comment=jobns: shared_tmpdir=per-node; "
+                                                "no_rm_tmpdir; shm capacity=64MiB")
+    out = enforced.output(job_id)
+    lines = [ln.replace("^@", "").split() for ln in out.splitlines()]
+    seen: dict[tuple[str, str], list[str]] = {(w[0], w[1]): w[2:] for w in lines if len(w) > 2}
+    first = next(h for (kind, h) in seen if kind == "batch")
+    for host in COMPUTES:
+        ns = {seen[(kind, host)][0] for kind in ("plain", "wrapped", "pty")}
+        if host == first:
+            ns.add(seen[("batch", host)][0])
+        assert len(ns) == 1, out  # one namespace per node, whatever started the process
+        node_ns = enforced.rig.node(host).exec(["readlink", "/proc/self/ns/mnt"]).stdout
+        assert ns != {node_ns.strip()}, out
+        assert seen[("plain", host)][1] == str(64 << 20), out  # the shm capacity
+        assert seen[("wrapped", host)][1] == f"/tmp/pmix/slurm.pmix.{job_id}.1", out
+        listing = seen[("plain", host)][2:]
+        assert f"plain-from-{host}" in listing and not any(
+            f.endswith(f"-from-{other}") for other in COMPUTES if other != host
+            for f in listing), out  # each node's /tmp is its own
+    assert seen[("batch", first)][1] == "/tmp", out
+    assert_no_trace(enforced, job_id, keep_shared=True)
+    top = f"{SHARED}/job-{job_id}"
+    try:
+        for host in COMPUTES:
+            files = enforced.controller.exec(["ls", "-A", f"{top}/{host}/tmp"]).check("ls")
+            want = {f"plain-from-{host}", f"pty-from-{host}", "pmix"}
+            if host == first:
+                want.add(f"batch-from-{host}")
+            assert set(files.stdout.split()) == want, (host, files.stdout)
+    finally:
+        enforced.controller.exec(["rm", "-rf", "--one-file-system", top])
+
+
+def test_enforced_refused_job_fails_on_both_nodes_and_they_stay_idle(
+        enforced: SlurmCluster) -> None:
+    job_id = enforced.sbatch(ALICE, "#!/bin/sh\n#SBATCH -N2\necho batch-ran\nsrun -N2 true\n",
+                             "--comment=jobns: shm capacity=2gib", wait=False)
+    state, code = enforced.wait_done(job_id)
+    out = enforced.output(job_id)
+    assert state == "FAILED" and code == "1:0", (state, code, out)
+    assert "batch-ran" not in out and "was refused by jobns setup" in out, out
+    assert_no_trace(enforced, job_id)
+    assert enforced.node_states() == {h: "idle" for h in COMPUTES}
