@@ -77,11 +77,11 @@ class Capacities:
                 out.append(f"# {role}: no capacity ({where} on the node's file system)")
             elif role == "tmp" and config is not None and \
                     config.capacity.get("tmp_backing") == "disk":
-                from launcher import diskimage
-
-                image = diskimage.image_path(diskimage.base_of(config), "local", "JOB")
+                # (launcher.diskimage's names; it imports this module, not the reverse)
+                base = str(config.capacity.get("scratch_base") or "/var/lib/jobns/scratch")
+                image = f"{base.rstrip('/')}/jobns-local-JOB.img"
                 out.append(f"image  {image}: sparse file of {size} bytes ({human(size)}), "
-                           f"{diskimage.fs_type(config)} in it")
+                           f"{config.capacity.get('fs_type', 'ext4')} in it")
                 out.append(f"mount  it through a loop device (autoclear) on the {role} tree "
                            f"({where}), owned by the job user, nosuid,nodev; teardown: "
                            "shutdown, detach, unlink")
@@ -119,10 +119,14 @@ def granularity(config: Config) -> int:
     return config_size(config, "granularity") or 1
 
 
-def plan(config: Config, directives: Directives | None, layout: str) -> Capacities:
+def plan(config: Config, directives: Directives | None, layout: str,
+         scheduler: dict[str, int] | None = None) -> Capacities:
     """The capacities of a job: its directives (already rounded by the parser with
-    :func:`granularity`), else the site defaults; checked against the site maxima."""
-    if directives is None and not any(config.capacity.get(f"{r}_default") for r in ROLES):
+    :func:`granularity`), else what it asked of the scheduler (launcher.jobsize: Slurm's
+    --tmp, a fraction of its memory for shm), else the site defaults; checked against
+    the site maxima (a shm size from the memory rule is capped at shm_max instead)."""
+    if directives is None and not scheduler and \
+            not any(config.capacity.get(f"{r}_default") for r in ROLES):
         return Capacities()  # nothing asked, no site default: no limit (and no parser)
     from launcher.directives import DirectiveError, round_up
 
@@ -132,21 +136,26 @@ def plan(config: Config, directives: Directives | None, layout: str) -> Capaciti
         asked = None if directives is None else (
             directives.shm_capacity if role == "shm" else directives.tmp_capacity)
         size = asked
+        from_scheduler = size is None and bool(scheduler) and role in (scheduler or {})
+        if from_scheduler and scheduler is not None:
+            size = round_up(scheduler[role], gran)
         if size is None:
             default = config_size(config, f"{role}_default")
             size = None if default is None else round_up(default, gran)
         if size is None:
             continue
         limit = config_size(config, f"{role}_max")
+        if limit is not None and size > limit and from_scheduler and role == "shm":
+            size = limit  # the site's own memory rule: capped, never the job's fault
         if limit is not None and size > limit:
             what = f"#{config.directive_word} {role} capacity" if asked is not None else \
-                f"[capacity] {role}_default"
+                "the job's --tmp request" if from_scheduler else f"[capacity] {role}_default"
             raise DirectiveError(f"{what} is {size} bytes ({human(size)}), more than this "
                                  f"site allows ({role}_max = {limit} bytes, {human(limit)}); "
                                  "ask for less")
         if role == "tmp" and layout != "local":
             if asked is None:
-                continue  # a site default applies to node-local /tmp only
+                continue  # a site default or --tmp applies to node-local /tmp only
             raise DirectiveError(f"#{config.directive_word} tmp capacity needs the local "
                                  f"layout, not {layout!r}: a size limit makes /tmp a "
                                  "node-local file system, which shared_tmpdir contradicts; "

@@ -144,7 +144,8 @@ def capacity_used(path: str, source: str) -> int | None:
     from launcher.mountinfo import mounts
 
     top = [m for m in mounts() if m.point == path.rstrip("/")]
-    if not top or top[-1].fstype != "tmpfs" or top[-1].source != source:
+    # Our tmpfs, or a disk capacity's loop device (source: /dev/loopN, launcher.diskimage)
+    if not top or top[-1].fstype not in ("tmpfs", "ext4", "xfs") or top[-1].source != source:
         return None
     try:
         st = os.statvfs(path)
@@ -169,7 +170,13 @@ def fill_capacity_bytes(jobs: list[dict[str, object]],
             if not isinstance(t, dict):
                 continue
             path = tree_from_record(t).path
-            if t.get("capacity") is not None:
+            image = t.get("image")
+            if t.get("capacity") is not None and isinstance(image, str):
+                from launcher.diskimage import source_of
+
+                loop = source_of(image)
+                used = None if loop is None else capacity_used(path, loop)
+            elif t.get("capacity") is not None:
                 used = capacity_used(path, source_name(str(t.get("role")), str(j["job_id"])))
             else:
                 used = tree_bytes(path)

@@ -197,6 +197,18 @@ def human(n: object) -> str:
     return f"{n}B"
 
 
+def capacities(job: dict[str, object]) -> str:
+    """A job's capacities and their backing for the table: "tmp 64M disk, shm 1M"."""
+    out = []
+    trees = job.get("trees")
+    for t in trees if isinstance(trees, list) else []:
+        if isinstance(t, dict) and isinstance(t.get("capacity"), int):
+            role = "tmp" if t.get("role") == "local" else str(t.get("role"))
+            backing = "disk" if t.get("image") else "tmpfs"
+            out.append(f"{role} {human(t['capacity'])} {backing}")
+    return ", ".join(out) or "-"
+
+
 def status_main(opts: Options, _command: list[str]) -> int:
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
     fmt = str(opts.get("format") or ("json" if opts.get("json") else "table"))
@@ -217,7 +229,11 @@ def status_main(opts: Options, _command: list[str]) -> int:
     if fmt == "json":
         print(json.dumps({"jobs": jobs, "users": totals}, indent=2, sort_keys=True))
         return 0
-    print(f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  PATHS")
+    from launcher.metrics import fill_capacity_bytes
+
+    fill_capacity_bytes(jobs, tree_bytes)  # a capacity's use from its own file system
+    print(f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  "
+          f"{'CAPACITY':<22} PATHS")
     for j in jobs:
         user = j.get("user")
         name = str(user.get("name")) if isinstance(user, dict) else "?"
@@ -227,7 +243,7 @@ def status_main(opts: Options, _command: list[str]) -> int:
         paths = j.get("paths") or [j.get("error", "")]
         assert isinstance(paths, list)
         print(f"{j['job_id']!s:<14} {name:<12} {j['state']!s:<13} {when:<20} "
-              f"{human(j.get('bytes')):>9}  {' '.join(map(str, paths))}")
+              f"{human(j.get('bytes')):>9}  {capacities(j):<22} {' '.join(map(str, paths))}")
     if totals:
         print("\nPER USER")
         for name, t in sorted(totals.items()):

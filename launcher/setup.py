@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def main(opts: Options, _command: list[str]) -> int:
-    from launcher import capacity, staging
+    from launcher import capacity, jobsize, staging
 
     require_root("setup")
     environ = dict(os.environ)
@@ -47,7 +47,7 @@ def main(opts: Options, _command: list[str]) -> int:
         job = Job(job_id, user, hostname(), layout_from(None if shared is None else str(shared)),
                   bool(opts.get("no_rm_tmpdir")))
         plan = build(config, job)
-        caps = capacity.plan(config, directives, job.layout)
+        caps = capacity.plan(config, directives, job.layout, jobsize.requested(config, job))
         session_flag = str(opts["session_dir"]) if opts.get("session_dir") else None
         stg: Staging | None = None
         notes: list[str] = []

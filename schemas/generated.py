@@ -49,6 +49,27 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
+                                                                   'memory_cgroup': {'description': 'The '
+                                                                                                    'file '
+                                                                                                    'holding '
+                                                                                                    'a '
+                                                                                                    "job's "
+                                                                                                    'memory '
+                                                                                                    'limit '
+                                                                                                    '(%j '
+                                                                                                    'job '
+                                                                                                    'id, '
+                                                                                                    '%u '
+                                                                                                    'uid); '
+                                                                                                    'default: '
+                                                                                                    "Slurm's "
+                                                                                                    'cgroup '
+                                                                                                    'v2 '
+                                                                                                    'then '
+                                                                                                    'v1 '
+                                                                                                    'layout.',
+                                                                                     'pattern': '^/',
+                                                                                     'type': 'string'},
                                                                    'node_reserve': {'description': 'Space '
                                                                                                    'of '
                                                                                                    'scratch_base '
@@ -120,6 +141,30 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                'minimum': 1,
                                                                                'type': ['string',
                                                                                         'integer']},
+                                                                   'shm_memory_fraction': {'description': 'A '
+                                                                                                          'job '
+                                                                                                          'with '
+                                                                                                          'no '
+                                                                                                          'shm '
+                                                                                                          'directive '
+                                                                                                          'gets '
+                                                                                                          'this '
+                                                                                                          'fraction '
+                                                                                                          'of '
+                                                                                                          'its '
+                                                                                                          'memory '
+                                                                                                          "cgroup's "
+                                                                                                          'limit '
+                                                                                                          'as '
+                                                                                                          'its '
+                                                                                                          'shm '
+                                                                                                          'capacity '
+                                                                                                          '(capped '
+                                                                                                          'at '
+                                                                                                          'shm_max).',
+                                                                                           'maximum': 1,
+                                                                                           'minimum': 0.001,
+                                                                                           'type': 'number'},
                                                                    'tmp_backing': {'description': 'What '
                                                                                                   'holds '
                                                                                                   'a '
@@ -158,6 +203,41 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
+                                                                   'tmp_from_slurm': {'description': 'Size '
+                                                                                                     'a '
+                                                                                                     "job's "
+                                                                                                     'tmp '
+                                                                                                     'capacity '
+                                                                                                     'from '
+                                                                                                     'its '
+                                                                                                     'Slurm '
+                                                                                                     '--tmp '
+                                                                                                     'request '
+                                                                                                     'when '
+                                                                                                     'it '
+                                                                                                     'gives '
+                                                                                                     'no '
+                                                                                                     'directive: '
+                                                                                                     'scontrol '
+                                                                                                     'asks '
+                                                                                                     'the '
+                                                                                                     'controller '
+                                                                                                     'once '
+                                                                                                     'per '
+                                                                                                     'node '
+                                                                                                     'per '
+                                                                                                     'job '
+                                                                                                     '(the '
+                                                                                                     "prolog's "
+                                                                                                     'environment '
+                                                                                                     'does '
+                                                                                                     'not '
+                                                                                                     'carry '
+                                                                                                     '--tmp). '
+                                                                                                     'Default '
+                                                                                                     'none.',
+                                                                                      'enum': ['none',
+                                                                                               'scontrol']},
                                                                    'tmp_max': {'description': 'Largest '
                                                                                               'tmp '
                                                                                               'capacity '

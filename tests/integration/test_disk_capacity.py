@@ -239,3 +239,58 @@ def _kill_when_stopped(proc: subprocess.Popen[str]) -> None:
         raise AssertionError("never reached its pause point")
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
+
+
+def test_tmp_size_from_slurm_tmp_through_scontrol(sandbox: Sandbox, users: list[OsUser]) -> None:
+    """With tmp_from_slurm = "scontrol": the job's --tmp (MinTmpDiskNode, MB by default)
+    when it gives no directive; a directive still wins."""
+    base = disk_config(sandbox, 'tmp_from_slurm = "scontrol"\n')
+    bin_dir = sandbox.root / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "scontrol"
+    fake.write_text("#!/bin/sh\necho \"JobId=$4 JobName=x MinTmpDiskNode=80M Features=(null)\"\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
+    r = sandbox.run(["setup", "--job-id", "41", "--user", users[0].name], env=env)
+    assert r.returncode == 0, r.stderr
+    assert (base / "jobns-local-41.img").stat().st_size == 80 * MI
+    r = setup(sandbox, "42", users[0], "tmp capacity=64MiB", env=env)
+    assert r.returncode == 0, r.stderr
+    assert (base / "jobns-local-42.img").stat().st_size == 64 * MI
+    for job in ("41", "42"):
+        assert sandbox.run(["teardown", "--job-id", job]).returncode == 0
+    assert_nothing_left(sandbox, base)
+
+
+def test_shm_size_from_a_fraction_of_the_memory_cgroup(sandbox: Sandbox,
+                                                       users: list[OsUser]) -> None:
+    limit = sandbox.root / "cg-%j"
+    (sandbox.root / "cg-43").write_text(f"{8 * MI}\n")
+    sandbox.write_config(f'[capacity]\nshm_memory_fraction = 0.5\nmemory_cgroup = "{limit}"\n'
+                         'shm_max = "3MiB"\n')
+    assert sandbox.run(["setup", "--job-id", "43", "--user", users[0].name]).returncode == 0
+    st = os.statvfs(sandbox.shm / "job-43")
+    assert st.f_blocks * st.f_frsize == 3 * MI  # half of 8 MiB, capped at shm_max
+    (sandbox.root / "cg-44").write_text("max\n")
+    assert sandbox.run(["setup", "--job-id", "44", "--user", users[0].name]).returncode == 0
+    assert " - tmpfs jobns-shm-44 " not in Path("/proc/self/mountinfo").read_text()
+    for job in ("43", "44"):
+        assert sandbox.run(["teardown", "--job-id", job]).returncode == 0
+    assert sandbox.leftovers() == []
+
+
+def test_status_shows_capacity_backing_and_use(sandbox: Sandbox, users: list[OsUser]) -> None:
+    base = disk_config(sandbox)
+    assert setup(sandbox, "d10", users[0], "tmp capacity=64MiB; shm capacity=1MiB"
+                 ).returncode == 0
+    r = sandbox.run(["run", "--job-id", "d10", "--", "sh", "-c",
+                     "head -c 3000000 /dev/urandom > /tmp/x"], user=users[0])
+    assert r.returncode == 0, r.stderr
+    r = sandbox.run(["status"])
+    assert r.returncode == 0, r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("d10 ")]
+    assert "tmp 64.0MiB disk, shm 1.0MiB tmpfs" in line, line
+    used = line.split()[5]  # JOB USER STATE DATE TIME USED
+    assert used.endswith("MiB") and 2.5 <= float(used[:-3]) < 10, line
+    assert sandbox.run(["teardown", "--job-id", "d10"]).returncode == 0
+    assert_nothing_left(sandbox, base)
