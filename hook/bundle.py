@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-from launcher.errors import JobnsError
+from launcher.errors import JobnsError, printable_path
 
 MAX_CONFIG = 4 << 20
 CONFIG = "config.json"
@@ -170,6 +170,7 @@ def read_doc(path: str) -> dict[str, object]:
     """config.json of the bundle at path, parsed (a JSON object)."""
     from launcher.jsonfast import loads
 
+    printable_path(path, "open bundle")
     where = f"{path}/{CONFIG}"
     dfd = _open_dir(path)
     try:
@@ -205,7 +206,7 @@ def read_doc(path: str) -> dict[str, object]:
 def load(path: str) -> Bundle:
     # Absolute now: the rootfs is opened again after setns, where the cwd (the bundle,
     # as runtimes run hooks) is reset to the namespace's root.
-    path = os.path.abspath(path)
+    path = os.path.abspath(printable_path(path, "open bundle"))
     return Bundle(path, read_doc(path))
 
 

@@ -164,7 +164,7 @@ def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str,
     process = new.setdefault("process", {})
     if not isinstance(process, dict):
         raise JobnsError("read config.json: process is not an object; fix the bundle")
-    old_env = process.get("env", [])
+    old_env = process.get("env") or []  # null: no variables (as Bundle reads it)
     assert isinstance(old_env, list)  # checked by Bundle
     process["env"] = [e for e in old_env if str(e).partition("=")[0] not in env] + \
         [f"{k}={v}" for k, v in env.items()]

@@ -85,10 +85,26 @@ def parse(data: bytes) -> OciState:
         raise JobnsError(f"read the OCI state on stdin: {problem}; {FIX}")
     assert isinstance(doc, dict)
     bundle = doc.get("bundle", doc.get("bundlePath"))
+    if not _clean_path(str(bundle)):
+        # The container's name for a directory root opens, checks and names in messages:
+        # a NUL, control character or lone surrogate is no bundle a runtime made.
+        raise JobnsError(f"read the OCI state on stdin: bundle {bundle!r} contains a NUL, a "
+                         f"control character or a lone surrogate; {FIX}")
     annotations = doc.get("annotations") or {}
     # int(): the schema's "integer" admits 1.0, as JSON Schema says.
     return OciState(doc["ociVersion"], doc["id"], doc["status"], int(doc.get("pid", 0)),
                     str(bundle), annotations)
+
+
+def _clean_path(path: str) -> bool:
+    # Control characters (C0, DEL, C1) and the Unicode line separators: all break a line.
+    if any(c < " " or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029" for c in path):
+        return False
+    try:
+        path.encode("utf-8")  # strict: JSON from a runtime is UTF-8, surrogates are not
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def stage_for(arg: str | None, status: str) -> str:

@@ -238,25 +238,30 @@ def load(flag: str | None = None, environ: dict[str, str] | None = None) -> Conf
     environ = dict(os.environ) if environ is None else environ
     path, explicit = config_path(flag, environ)
     assert path is not None
+    # The path is the caller's (--config, JOBNS_CONFIG): every message shows it, so a
+    # line break or a terminal escape in it must not reach stderr raw.
+    shown = path if path.isprintable() else repr(path)
     try:
+        if "\0" in path:  # open() would raise ValueError, not OSError
+            raise FileNotFoundError
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                    st.st_ctime_ns)
             cached = _read_cache(key)
             if cached is not None:
-                return Config(cached, path)
+                return Config(cached, shown)
             text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         if explicit:
-            raise JobnsError(f"read config {path}: no such file (set --config or "
+            raise JobnsError(f"read config {shown}: no such file (set --config or "
                              "JOBNS_CONFIG to an existing file, or unset it)") from None
         return Config({}, None)
     except OSError as e:
-        raise JobnsError(f"read config {path}: {e.strerror}") from None
-    raw = parse(text, path)
+        raise JobnsError(f"read config {shown}: {e.strerror}") from None
+    raw = parse(text, shown)
     _write_cache(key, raw)
-    return Config(raw, path)
+    return Config(raw, shown)
 
 
 # The task-launch path must not pay for tomllib (~14 ms) on every task of a site that has

@@ -29,6 +29,16 @@ class UserError(JobnsError):
     (README "Who is failed by what")."""
 
 
+def printable_path(path: str, what: str) -> str:
+    """path, if it can be named in a one-line message and opened; else a JobnsError (a
+    control character would forge a line or an escape on the terminal, a NUL or a lone
+    surrogate cannot be a path)."""
+    if path.isprintable() and "\x00" not in path:
+        return path
+    raise JobnsError(f"{what} {path!r}: the path has a control character, a NUL or a lone "
+                     "surrogate; name a plain path")
+
+
 def describe_oserror(op: str, path: str, err: OSError) -> str:
     """'op path: reason' for an OSError, without Python's noisy repr."""
     reason = err.strerror or str(err)

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 
 from launcher import cdi, fs, pins, sizelimit, state
 from launcher import record as records
-from launcher.errors import JobnsError, UserError
+from launcher.errors import JobnsError, UserError, printable_path
 from launcher.inputs import Options
 from launcher.plan import tree_from_record
 from launcher.programs import run_program
@@ -121,6 +121,7 @@ def gather_directives(opts: Options, environ: Mapping[str, str],
     gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
     if script:
+        printable_path(str(script), "read batch script")
         try:
             with open(str(script), encoding="utf-8", errors="replace") as f:
                 text = f.read()
@@ -143,7 +144,7 @@ def gather_directives(opts: Options, environ: Mapping[str, str],
         merged.stage_out += d.stage_out
         merged.warnings += d.warnings
     for w in merged.warnings:
-        sys.stderr.write(f"jobns: warning: {w}\n")
+        warn(f"warning: {w}")
     return merged
 
 
