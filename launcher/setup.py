@@ -12,7 +12,6 @@ setup records the reason, exits 0, and every task of the job exits 125 with it.
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from launcher import config as config_mod
@@ -63,7 +62,7 @@ def main(opts: Options, _command: list[str]) -> int:
         lifecycle.setup_refused(config, Job(job_id, user, hostname()), kill_wait, str(e))
         return 0
     for note in notes:
-        sys.stderr.write(f"jobns: setup {job.job_id}: {note}\n")
+        lifecycle.warn(f"setup {job.job_id}: {note}")
     if opts.get("dry_run"):
         lines = [plan.describe(), *caps.describe(config)]
         lines += stg.describe() if stg is not None else []

@@ -104,6 +104,14 @@ def test_failures_and_refusals_are_logged(sandbox: Sandbox, users: list[OsUser],
     assert warnings[0][1:4] == ("setup", "L3", users[0].name)
     assert lines[-1][4] == "done"
     assert sandbox.run(["teardown", "--job-id", "L3"]).returncode == 0
+    # A directive jobns does not know is warned about (and ignored, as Slurm does).
+    r = sandbox.run(["setup", "--job-id", "L7", "--user", users[0].name, "--directives",
+                     "frobnicate x=1"], env=env(syslog))
+    assert r.returncode == 0, r.stderr
+    warnings = [x for x in syslog.parsed() if x[0] == WARNING]
+    assert len(warnings) == 1 and "frobnicate" in warnings[0][4], warnings
+    assert warnings[0][1:4] == ("setup", "L7", users[0].name)
+    assert sandbox.run(["teardown", "--job-id", "L7"]).returncode == 0
     # A dry run changes nothing and logs nothing.
     r = sandbox.run(["setup", "--job-id", "L4", "--user", users[0].name, "--dry-run"],
                     env=env(syslog))
