@@ -20,6 +20,8 @@ Crash safety, step by step (each a pause point for tests, JOBNS_TEST_PAUSE_IN):
                detaches the device; nothing to reclaim but the image
   mounted      the loop device is held by the mount; teardown (by the record) or gc
                (by the backing file under scratch_base) detaches it
+  capacity-detached  (teardown) shut down and detached, the image not yet unlinked:
+               the release process finishes on its own; teardown again or gc unlinks
 The scratch base is root's (0700): only jobns names files in it, so a file there is
 ours, and a loop device whose backing file lies under it is ours.
 
@@ -317,6 +319,7 @@ def unmount(tree: Tree, image: str) -> list[str]:
         return errors
     if not released:
         return remove_image(image)  # nothing mounted (a crashed setup): small, truncate here
+    state.pause_point("capacity-detached")
     try:
         os.unlink(image)  # the release process truncates it (O(extents), not our wait)
     except FileNotFoundError:

@@ -128,8 +128,13 @@ def test_two_jobs_and_the_node_cap(sandbox: Sandbox, users: list[OsUser]) -> Non
     free = free_bytes(base)
     # Reserve all but 200 MiB: two 64 MiB jobs fit, a third 100 MiB one does not.
     disk_config(sandbox, f"node_reserve = {free - 200 * MI}\n")
-    assert setup(sandbox, "d3", alice, "tmp capacity=64MiB").returncode == 0
-    assert setup(sandbox, "d4", bob, "tmp capacity=64MiB").returncode == 0
+    # Two prologs at once (the node cap is checked under the scratch base's lock).
+    procs = [sandbox.popen(["setup", "--job-id", job, "--user", who.name, "--directives",
+                            "tmp capacity=64MiB"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE) for job, who in (("d3", alice), ("d4", bob))]
+    for p in procs:
+        _out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
     assert len(loop_mounts(sandbox)) == 2
     r = setup(sandbox, "d5", alice, "tmp capacity=100MiB")
     assert r.returncode == 0, r.stderr  # refused: the job fails, not the node
@@ -193,15 +198,24 @@ def test_sigkill_of_setup_at_each_step_then_recover_or_gc(
     assert_nothing_left(sandbox, base)
 
 
-@pytest.mark.parametrize("step", ["teardown"])
-def test_sigkill_of_teardown_then_gc(sandbox: Sandbox, users: list[OsUser], step: str) -> None:
+@pytest.mark.parametrize("step", ["post-run", "teardown", "capacity-detached"])
+@pytest.mark.parametrize("then", ["teardown", "gc"])
+def test_sigkill_of_teardown_at_each_step_then_teardown_or_gc(
+        sandbox: Sandbox, users: list[OsUser], step: str, then: str) -> None:
     base = disk_config(sandbox)
     assert setup(sandbox, "d8", users[0], "tmp capacity=64MiB").returncode == 0
     proc = sandbox.popen(["teardown", "--job-id", "d8"], env={"JOBNS_TEST_PAUSE_IN": step},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _kill_when_stopped(proc)
-    r = sandbox.run(["gc", "--no-slurm"])
+    r = sandbox.run(["teardown", "--job-id", "d8"] if then == "teardown" else
+                    ["gc", "--no-slurm"])
     assert r.returncode == 0, (r.stdout, r.stderr)
+    assert_nothing_left(sandbox, base)
+    # The same job id again starts from nothing.
+    assert setup(sandbox, "d8", users[0], "tmp capacity=64MiB").returncode == 0
+    r = sandbox.run(["run", "--job-id", "d8", "--", "ls", "-A", "/tmp"], user=users[0])
+    assert r.stdout == "pmix\n", r.stdout
+    assert sandbox.run(["teardown", "--job-id", "d8"]).returncode == 0
     assert_nothing_left(sandbox, base)
 
 
