@@ -6,14 +6,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-from launcher.cli import COMMANDS, command_help
+import pytest
+
+from launcher.cli import COMMANDS, command_help, dispatch
 from launcher.manpage import render
 from tests.conftest import require
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def formatted(tmp_path: Path) -> str:
@@ -35,18 +34,18 @@ def sections(text: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-def test_every_option_help_lists_is_in_the_man_page(tmp_path: Path) -> None:
+def test_every_option_help_lists_is_in_the_man_page(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = formatted(tmp_path)
     found = sections(text)
     assert sorted(found) == sorted(COMMANDS)
     for name, cmd in COMMANDS.items():
-        # What `jobns NAME --help` prints, from the installed command line itself.
-        r = subprocess.run([sys.executable, "-I", "-c", "from launcher.cli import main; "
-                            f"main(['{name}', '--help'])"], capture_output=True, text=True,
-                           check=True, cwd=str(REPO))
-        assert r.stdout.strip() == command_help(cmd)
-        listed = re.findall(r"^  (--?[a-z][\w-]*)", r.stdout, flags=re.M)
-        assert listed, r.stdout
+        # What `jobns NAME --help` prints.
+        assert dispatch([name, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert out.strip() == command_help(cmd)
+        listed = re.findall(r"^  (--?[a-z][\w-]*)", out, flags=re.M)
+        assert listed, out
         for opt in listed:
             assert re.search(rf"(^|\s){re.escape(opt)}\b", found[name]), (name, opt)
         assert cmd.summary.split(":")[0] in " ".join(found[name].split())
