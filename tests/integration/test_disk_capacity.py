@@ -154,9 +154,11 @@ def test_two_jobs_and_the_node_cap(sandbox: Sandbox, users: list[OsUser]) -> Non
     assert_nothing_left(sandbox, base)
 
 
-def test_shared_layout_refuses_a_tmp_capacity(sandbox: Sandbox, users: list[OsUser]) -> None:
+@pytest.mark.parametrize("layout", ["shared_tmpdir", "shared_tmpdir=per-node"])
+def test_shared_layouts_refuse_a_tmp_capacity(sandbox: Sandbox, users: list[OsUser],
+                                              layout: str) -> None:
     base = disk_config(sandbox)
-    r = setup(sandbox, "d6", users[0], "tmp capacity=64MiB; shared_tmpdir")
+    r = setup(sandbox, "d6", users[0], f"tmp capacity=64MiB; {layout}")
     assert r.returncode == 0 and "tmp capacity needs the local layout" in r.stderr
     assert sandbox.run(["teardown", "--job-id", "d6"]).returncode == 0
     assert_nothing_left(sandbox, base)
