@@ -147,7 +147,9 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
                  "Exit status: 0 when the node is ready, 125 when any problem was found."),
     Command("hook", "hook.hook:main",
             "OCI hook (root): the job's /tmp, /var/tmp and /dev/shm for a container",
-            [CONFIG], args="STAGE",
+            [CONFIG, Opt("--job-id", VALUE, "a job jobns setup prepared on this node (the "
+                         "hook in a job's CDI spec passes it); without it, as below", "ID")],
+            args="STAGE",
             help="Run by runc, crun or Podman with the container's state on stdin. "
                  "createRuntime (or prestart): makes the job's directories (or uses the ones "
                  "jobns setup made) and binds them over the container's /tmp, /var/tmp and "
