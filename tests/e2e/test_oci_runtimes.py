@@ -417,3 +417,29 @@ def test_podman_bad_annotation_aborts(rig: Rig) -> None:
                        stdin=subprocess.DEVNULL)
     aborted(r, "annotation org.jobns.shared-tmpdir='everywhere': expected")
     wait_clean(rig)
+
+
+def test_podman_with_an_old_poststop_hooks_d_file_still_cleans_up(rig: Rig) -> None:
+    """hooks.d files installed before the hook became one-stage (createRuntime + poststop):
+    both stages run, the poststop call finds the hold its holder retired (or retires it),
+    and nothing is left."""
+    need("podman")
+    need("runc")
+    job = rig.job(12)
+    hooks_d = rig.write_hooks_d()
+    old = {"version": "1.0.0",
+           "hook": {"path": JOBNS, "args": rig.hook_args("poststop")},
+           "when": {"annotations": {"^org\\.jobns\\.job-id$": ".*"}},
+           "stages": ["poststop"]}
+    (hooks_d / "jobns-poststop.json").write_text(json.dumps(old))
+    rootfs = rig.rootfs_copy("old")
+    name = f"jobns-{rig.tag}-old"
+    rig.podman_names.append(name)
+    cmd = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "run", "--rm",
+           "--name", name, "--network=none", "--hooks-dir", str(hooks_d),
+           "--annotation", f"org.jobns.job-id={job}", "--rootfs", str(rootfs),
+           "sh", "-c", "echo old > /tmp/o; cat /tmp/o"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/",
+                       stdin=subprocess.DEVNULL)
+    assert (r.returncode, r.stdout) == (0, "old\n"), r.stderr
+    wait_clean(rig)
