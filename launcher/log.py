@@ -75,10 +75,12 @@ def log(message: str, job_id: str | None = None, user: str | None = None,
 
 def _send_test(path: str, priority: int, text: str) -> None:
     import socket
+    import time
 
+    stamp = time.strftime("%b %e %H:%M:%S")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(f"<{syslog.LOG_DAEMON | priority}>jobns[{os.getpid()}]: {text}".encode(),
-                 path)
+        s.sendto(f"<{syslog.LOG_DAEMON | priority}>{stamp} jobns[{os.getpid()}]: "
+                 f"{text}".encode(), path)
 
 
 def command_line(name: str, opts: dict[str, str | bool | None], code: int | None,

@@ -3,11 +3,13 @@ recover send one syslog line per action and every failure, with the job id and u
 
 The lines are read from a datagram socket the test binds, named by the documented test
 hook JOBNS_TEST_SYSLOG_SOCKET (README "Logs"), in the RFC 3164 form the C library sends
-to /dev/log: `<PRI>jobns[PID]: COMMAND job=ID user=NAME: WHAT`.
+to /dev/log: `<PRI>TIMESTAMP jobns[PID]: COMMAND job=ID user=NAME: WHAT`. One test also
+goes the C library's own way, to a /dev/log the test binds in a private mount namespace.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Iterator
@@ -19,7 +21,8 @@ from tests.conftest import OsUser, Sandbox
 
 pytestmark = pytest.mark.root
 
-LINE = re.compile(r"^<(\d+)>jobns\[(\d+)\]: (\S+)((?: job=\S+)?)((?: user=\S+)?): (.+)$")
+LINE = re.compile(r"^<(\d+)>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d jobns\[(\d+)\]: (\S+)"
+                  r"((?: job=\S+)?)((?: user=\S+)?): (.+)$")
 INFO, WARNING, ERR = 3 * 8 + 6, 3 * 8 + 4, 3 * 8 + 3  # facility daemon
 
 
@@ -132,8 +135,6 @@ def test_gc_and_recover_log_what_they_do(sandbox: Sandbox, users: list[OsUser],
     for d in (left, left / "tmp", left / "var_tmp"):
         d.mkdir(mode=0o700 if d == left else 0o1777)
         d.chmod(0o700 if d == left else 0o1777)
-    import os
-
     os.chown(left, users[0].uid, users[0].gid)
     for d in (left / "tmp", left / "var_tmp"):
         os.chown(d, users[0].uid, users[0].gid)
@@ -144,6 +145,62 @@ def test_gc_and_recover_log_what_they_do(sandbox: Sandbox, users: list[OsUser],
                for _, cmd, _, _, msg in lines), lines
     assert not left.exists()
     assert sandbox.run(["teardown", "--job-id", "L5"]).returncode == 0
+
+
+DEV_LOG = """set -e
+old=$(mktemp -d {root}/olddev.XXXX)
+mount --rbind /dev "$old"
+mount -t tmpfs -o mode=0755 jobns-test /dev
+for n in null zero urandom random full tty; do touch /dev/$n; mount --bind "$old/$n" /dev/$n; done
+mkdir /dev/shm /dev/pts
+mount --rbind "$old/shm" /dev/shm
+mount --rbind "$old/pts" /dev/pts
+ln -s /proc/self/fd /dev/fd
+umount -l "$old"
+exec {python} -c "$1" "$2" "$3" "$4"
+"""
+LISTEN = """
+import socket, subprocess, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+s.settimeout(1)
+for sub in (["setup", "--user", sys.argv[2]], ["teardown"]):
+    r = subprocess.run([sys.argv[1], sub[0], "--config", sys.argv[3], "--job-id", "L9", *sub[1:]],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+try:
+    while True:
+        print(s.recv(65536).decode())
+except socket.timeout:
+    pass
+"""
+
+
+def test_the_c_librarys_syslog_reaches_dev_log(sandbox: Sandbox, users: list[OsUser]) -> None:
+    """No test hook: the lines go through the stdlib syslog module to /dev/log, here a
+    socket the test binds over a tmpfs /dev in a private mount namespace (this VM has no
+    syslog daemon)."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import JOBNS, require
+
+    require(shutil.which("unshare") is not None, "unshare (util-linux) is missing")
+    script = sandbox.root / "devlog.sh"
+    script.write_text(DEV_LOG.format(root=sandbox.root, python="/opt/jobns/venv/bin/python"))
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", str(script),
+                        LISTEN, JOBNS, users[0].name, str(sandbox.config)],
+                       capture_output=True, text=True, timeout=120, cwd="/", check=False)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln]
+    parsed = [LINE.match(ln) for ln in lines]
+    assert all(parsed), lines
+    said = [(m[3], m[4], m[5], m[6]) for m in parsed if m]
+    who = (" job=L9", f" user={users[0].name}")
+    assert ("setup", *who, "state running") in said and ("setup", *who, "done") in said
+    assert ("teardown", *who, "state complete") in said and ("teardown", *who, "done") in said
+    assert {int(m[1]) for m in parsed if m} == {INFO}
+    assert not os.path.exists("/dev/log")  # the host's /dev was never touched
 
 
 def test_without_the_hook_lines_go_to_the_c_librarys_syslog() -> None:
