@@ -75,7 +75,8 @@ STATUS_FORMAT = Opt("--format", VALUE, "table (default), json (as --json) or pro
                     "teardown failures, what the last gc found)", "table|json|prometheus")
 SLURM_CONF = Opt("--slurm-conf", VALUE, "Slurm's configuration to check (default: "
                  "$SLURM_CONF, else /etc/slurm/slurm.conf)", "PATH")
-CDI_DIR = Opt("--cdi-dir", VALUE, "the CDI spec directory to check (default: /etc/cdi)", "DIR")
+CDI_DIR = Opt("--cdi-dir", VALUE, "the CDI spec directory to check (default: [cdi] dir, "
+              "else /etc/cdi)", "DIR")
 
 COMMANDS: dict[str, Command] = {c.name: c for c in [
     Command("run", "launcher.run:main",

@@ -300,14 +300,23 @@ def spank(plugstack: str) -> list[Finding]:
     return out
 
 
-def cdi(directory: str) -> list[Finding]:
+def cdi(directory: str, configured: bool = False) -> list[Finding]:
     """Container Device Interface specs are root's to write: a spec can add any mount and
-    hook to a container."""
+    hook to a container. configured: it is [cdi] dir, where jobns setup writes each job's
+    spec (launcher.cdi)."""
+    off = [] if configured else [(NOTE, "CDI is off ([cdi] dir unset): set it (e.g. "
+                                  "/var/run/cdi) to give containers a job's directories "
+                                  "through --device jobns.dev/job=JOB-ID")]
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
-        return [(NOTE, f"no CDI directory {directory} (only needed for CDI-enabled "
-                 "container engines)")]
+        if configured:
+            parent = os.path.dirname(directory.rstrip("/")) or "/"
+            if os.path.isdir(parent):
+                return [(OK, f"CDI directory {directory}: made by the first jobns setup")]
+            return [(PROBLEM, f"CDI directory {directory} ([cdi] dir) cannot be made: "
+                     f"{parent} does not exist; fix: create it, or change [cdi] dir")]
+        return [*off, (NOTE, f"no CDI directory {directory}")]
     except OSError as e:
         return [(PROBLEM, f"CDI directory {directory}: {e.strerror}")]
     if not stat.S_ISDIR(st.st_mode):
@@ -317,14 +326,13 @@ def cdi(directory: str) -> list[Finding]:
                  f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}): a user could add mounts "
                  f"and hooks to containers; fix: chown root {directory} && chmod 0755 "
                  f"{directory}")]
-    specs = sorted(n for n in os.listdir(directory) if n.startswith("jobns"))
-    if specs:
-        return [(OK, f"CDI directory {directory}: root's; jobns spec(s): {', '.join(specs)}")]
-    return [(OK, f"CDI directory {directory}: root's"),
-            (NOTE, f"no jobns CDI spec in {directory}")]
+    specs = sum(1 for n in os.listdir(directory) if n.startswith("jobns-"))
+    where = " ([cdi] dir: jobns setup writes each job's spec here)" if configured else ""
+    return [*off, (OK, f"CDI directory {directory}: root's{where}; {specs} jobns spec(s)")]
 
 
-def check(config: config_mod.Config, slurm_conf: str, cdi_dir: str) -> list[Finding]:
+def check(config: config_mod.Config, slurm_conf: str, cdi_dir: str,
+          cdi_configured: bool = False) -> list[Finding]:
     found: list[Finding] = []
     found += kernel()
     found += loop_devices()
@@ -333,7 +341,7 @@ def check(config: config_mod.Config, slurm_conf: str, cdi_dir: str) -> list[Find
         found += base(role, str(getattr(config, role)))
     found += propagation()
     found += slurm(slurm_conf)
-    found += cdi(cdi_dir)
+    found += cdi(cdi_dir, cdi_configured)
     return found
 
 
@@ -344,7 +352,11 @@ def main(opts: Options, _command: list[str]) -> int:
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
     slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF")
                      or DEFAULT_SLURM_CONF)
-    found = check(config, slurm_conf, str(opts.get("cdi_dir") or DEFAULT_CDI_DIR))
+    from launcher.cdi import settings
+
+    cdi_conf = settings(config)
+    cdi_dir = str(opts.get("cdi_dir") or (cdi_conf.dir if cdi_conf else DEFAULT_CDI_DIR))
+    found = check(config, slurm_conf, cdi_dir, cdi_conf is not None)
     for kind, text in found:
         print(f"{kind}: {text}")
     problems = sum(1 for kind, _ in found if kind == PROBLEM)

@@ -34,7 +34,7 @@ class Node:
         self.write_slurm_conf()
         self.cdi = root / "cdi"
         self.cdi.mkdir(mode=0o755)
-        (self.cdi / "jobns.json").write_text("{}\n")
+        (self.cdi / "jobns-1.json").write_text("{}\n")
 
     def write_slurm_conf(self, prolog: str | None = None, epilog: bool = True) -> None:
         lines = [f"Prolog={prolog or self.prolog}", f"PlugStackConfig={self.plugstack}"]
@@ -75,7 +75,8 @@ def test_a_ready_node(node: Node) -> None:
                    f"ok: shm_base {node.box.shm}: root's, mode 1777, tmpfs",
                    "ok: / is a shared mount", f"ok: Prolog={node.prolog} runs jobns setup",
                    f"ok: Epilog={node.epilog} runs jobns teardown",
-                   f"ok: SPANK plugin {node.so}", "jobns spec(s): jobns.json"):
+                   f"ok: SPANK plugin {node.so}",
+                   f"ok: CDI directory {node.cdi}: root's; 1 jobns spec(s)"):
         assert needle in text, (needle, text)
 
 
@@ -135,3 +136,22 @@ def test_a_state_dir_without_acls(node: Node) -> None:
         assert os.listdir(mnt) == []  # the probe file is gone again
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_the_configured_cdi_directory_is_checked(node: Node) -> None:
+    """[cdi] dir is where jobns setup writes each job's spec: doctor checks it (without
+    --cdi-dir), and a spec directory anyone may write is a problem."""
+    spec_dir = node.box.root / "run-cdi"
+    node.box.write_config(extra=f'[cdi]\ndir = "{spec_dir}"\n')
+    cmd = node.box.cmd(["doctor", "--slurm-conf", str(node.slurm_conf)])
+    r = subprocess.run(["unshare", "--mount", "--propagation", "shared", *cmd],
+                       capture_output=True, text=True, timeout=60, cwd="/", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"ok: CDI directory {spec_dir}: made by the first jobns setup" in r.stdout
+    spec_dir.mkdir(mode=0o777)
+    spec_dir.chmod(0o777)
+    r = subprocess.run(["unshare", "--mount", "--propagation", "shared", *cmd],
+                       capture_output=True, text=True, timeout=60, cwd="/", check=False)
+    problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem:")]
+    assert r.returncode == 125 and len(problems) == 1, r.stdout
+    assert f"CDI directory {spec_dir} is writable by others than root" in problems[0]
