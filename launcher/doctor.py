@@ -210,8 +210,9 @@ def slurm_conf_values(path: str) -> dict[str, str]:
     return values
 
 
-def slurm(conf: str) -> list[Finding]:
-    """Prolog=jobns setup, Epilog=jobns teardown, and the SPANK plugin if one is named."""
+def slurm(conf: str, enforce: bool = False) -> list[Finding]:
+    """Prolog=jobns setup, Epilog=jobns teardown, and the SPANK plugin if one is named
+    (loaded exactly where the config says [slurm] enforce = true)."""
     try:
         values = slurm_conf_values(conf)
     except FileNotFoundError:
@@ -240,7 +241,7 @@ def slurm(conf: str) -> list[Finding]:
         out.append((NOTE, "JobContainerType=job_container/tmpfs is set too: Slurm's own "
                     "private /tmp then sits under jobns's"))
     plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
-    out += spank(plugstack)
+    out += spank(plugstack, enforce)
     return out
 
 
@@ -260,9 +261,10 @@ def _runs(path: str, sub: str) -> bool:
     return "jobns" in text and (f" {sub}" in text or "launcher.cli" in text)
 
 
-def spank(plugstack: str) -> list[Finding]:
+def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
     """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
-    includes): the plugin must exist. None is a note (the prolog pair suffices)."""
+    includes): the plugin must exist, and the config must say [slurm] enforce = true
+    (and only then). None is a note (the prolog pair suffices)."""
     import glob
 
     lines: list[str] = []
@@ -287,9 +289,18 @@ def spank(plugstack: str) -> list[Finding]:
     plugins = [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith(
         "jobns")]
     if not plugins:
+        if enforce:
+            return [(PROBLEM, f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
+                     "plugin: jobs get root's namespaces that no task enters; fix: add "
+                     "'required /opt/jobns/lib/jobns_spank.so' to it (README \"Enforced by "
+                     "Slurm\"), or unset enforce")]
         return [(NOTE, f"no jobns SPANK plugin in {plugstack} (optional: the Prolog/Epilog "
                  "pair and jobns run are the whole deployment)")]
     out: list[Finding] = []
+    if not enforce:
+        out.append((PROBLEM, f"{plugstack} loads the jobns SPANK plugin, but the config does "
+                    "not say [slurm] enforce = true: every task fails; fix: set it in "
+                    "jobns.toml on this node"))
     for so in plugins:
         if os.path.isfile(so):
             out.append((OK, f"SPANK plugin {so} (named in {plugstack})"))
@@ -340,7 +351,7 @@ def check(config: config_mod.Config, slurm_conf: str, cdi_dir: str,
     for role in ("local_base", "shm_base", "shared_base"):
         found += base(role, str(getattr(config, role)))
     found += propagation()
-    found += slurm(slurm_conf)
+    found += slurm(slurm_conf, config.enforce)
     found += cdi(cdi_dir, cdi_configured)
     return found
 

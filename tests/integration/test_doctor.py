@@ -32,6 +32,7 @@ class Node:
         self.plugstack.write_text(f"optional {self.so}\n")
         self.slurm_conf = root / "slurm.conf"
         self.write_slurm_conf()
+        box.write_config(extra="[slurm]\nenforce = true\n")  # plugstack loads the plugin
         self.cdi = root / "cdi"
         self.cdi.mkdir(mode=0o755)
         (self.cdi / "jobns-1.json").write_text("{}\n")
@@ -94,7 +95,7 @@ def test_a_broken_node_gets_one_line_per_problem(node: Node) -> None:
     box.local.chmod(0o777)                           # a world-writable base, not sticky
     (box.root / "disk-shm").mkdir(mode=0o1777)       # shm_base on disk
     (box.root / "disk-shm").chmod(0o1777)
-    box.write_config(extra="")
+    box.write_config(extra="[slurm]\nenforce = true\n")
     box.config.write_text(box.config.read_text().replace(
         f'shm_base = "{box.shm}"', f'shm_base = "{box.root / "disk-shm"}"'))
     other = box.root / "other-prolog"
@@ -142,7 +143,7 @@ def test_the_configured_cdi_directory_is_checked(node: Node) -> None:
     """[cdi] dir is where jobns setup writes each job's spec: doctor checks it (without
     --cdi-dir), and a spec directory anyone may write is a problem."""
     spec_dir = node.box.root / "run-cdi"
-    node.box.write_config(extra=f'[cdi]\ndir = "{spec_dir}"\n')
+    node.box.write_config(extra=f'[slurm]\nenforce = true\n[cdi]\ndir = "{spec_dir}"\n')
     cmd = node.box.cmd(["doctor", "--slurm-conf", str(node.slurm_conf)])
     r = subprocess.run(["unshare", "--mount", "--propagation", "shared", *cmd],
                        capture_output=True, text=True, timeout=60, cwd="/", check=False)

@@ -69,10 +69,15 @@ def test_spank_plugin_named_but_missing(tmp_path: Path) -> None:
     (tmp_path / "plugstack.conf.d" / "jobns.conf").write_text(f"required {so} arg=1\n")
     stack = tmp_path / "plugstack.conf"
     stack.write_text(f"optional /usr/lib/other.so\ninclude {tmp_path}/plugstack.conf.d/*.conf\n")
-    (found,) = doctor.spank(str(stack))
+    (found,) = doctor.spank(str(stack), enforce=True)
     assert found[0] == "problem" and str(so) in found[1]
     so.write_bytes(b"\x7fELF")
-    (found,) = doctor.spank(str(stack))
+    (found,) = doctor.spank(str(stack), enforce=True)
     assert found[0] == "ok"
+    # The plugin without [slurm] enforce = true fails every task.
+    assert kinds(doctor.spank(str(stack), enforce=False)) == ["problem", "ok"]
     stack.write_text("optional /usr/lib/other.so\n")
     assert kinds(doctor.spank(str(stack))) == ["note"]
+    # enforce without the plugin: no task would enter the job's (root's) namespace.
+    (found,) = doctor.spank(str(stack), enforce=True)
+    assert found[0] == "problem" and "enforce" in found[1]
