@@ -89,3 +89,28 @@ def test_refused_job_gets_no_spec(box: Sandbox, users: list[OsUser]) -> None:
     assert r.returncode == 0, r.stderr
     assert specs(box) == []
     assert box.run(["teardown", "--job-id", "CR4"]).returncode == 0
+
+
+@pytest.mark.parametrize("layout", ["shared", "per-node"])
+def test_shared_layouts_name_their_trees(box: Sandbox, users: list[OsUser], layout: str) -> None:
+    """The spec names whatever the record's trees are: under shared_base for the shared
+    layouts (per-node: the node's own directory), /dev/shm's always node-local."""
+    alice = users[0]
+    job = f"CS{layout[0]}"
+    flag = "--use-shared-tmpdir" + ("=per-node" if layout == "per-node" else "")
+    r = box.run(["setup", "--job-id", job, "--user", alice.name, flag])
+    assert r.returncode == 0, r.stderr
+    try:
+        doc = json.loads((box.root / "cdi" / f"jobns-{job}.json").read_text())
+        mounts = {m["containerPath"]: m["hostPath"]
+                  for m in doc["devices"][0]["containerEdits"]["mounts"]}
+        assert mounts["/tmp"].startswith(f"{box.shared}/job-{job}/")
+        assert mounts["/tmp"].endswith("/tmp") and mounts["/var/tmp"].endswith("/var_tmp")
+        if layout == "per-node":
+            assert mounts["/tmp"] != f"{box.shared}/job-{job}/tmp"  # a node directory between
+        assert mounts["/dev/shm"] == f"{box.shm}/job-{job}"
+        for path in mounts.values():
+            assert os.stat(path).st_uid == alice.uid
+    finally:
+        assert box.run(["teardown", "--job-id", job]).returncode == 0
+    assert specs(box) == []
