@@ -45,6 +45,10 @@ Who holds a job's trees on a node, and who removes them:
   prolog sets the job up meanwhile, its record adopts the trees (fs.release_tree's
   `adopted`) and the holder leaves them to the epilog.
 
+Already bound: when the runtime itself bound exactly the job's verified trees (a bundle
+from oci-config, a job's CDI spec), seen through /proc/PID/root with no link on the way
+to the rootfs, the hook forks no bind child (hook.already_bound).
+
 One stage: the holder notices the container's exit by itself, so the shipped hooks.d
 file and oci-config install createRuntime only (one Python start per container); a
 poststop call from an older hooks.d file or bundle is still accepted.

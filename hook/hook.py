@@ -120,7 +120,8 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
         uid, gid = plan.owner
         handles = acquire_all(plan, uid, gid, create=False, lock=False)
         try:
-            mounts.apply(ns_fd, ns_path, b.rootfs, plan, handles)
+            if not already_bound(st.pid, b.rootfs, plan, handles):
+                mounts.apply(ns_fd, ns_path, b.rootfs, plan, handles)
         finally:
             for h in handles:
                 h.close()
@@ -135,7 +136,9 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
     try:
         if not held:  # else: a second createRuntime/prestart call of the same container
             pending = holds.prepare(config.state_dir, job, cid, st.pid, st.bundle)
-        mounts.apply(ns_fd, ns_path, b.rootfs, plan, handles)
+        # A bundle from oci-config: the runtime bound the trees already (no bind child).
+        if not already_bound(st.pid, b.rootfs, plan, handles):
+            mounts.apply(ns_fd, ns_path, b.rootfs, plan, handles)
         if pending is not None:
             pending.commit(handles, pidfd)
     except BaseException:
@@ -194,6 +197,8 @@ def already_bound(pid: int, rootfs: str, plan: Plan, handles: list[TreeHandle]) 
     to mounts.apply, which walks without following links and binds or refuses."""
     from launcher import fs
 
+    if os.path.realpath(rootfs) != rootfs:
+        return False  # a link on the way to the rootfs: mounts.apply decides (rootfs.py)
     for bind in plan.binds:
         try:
             st = os.stat(f"/proc/{pid}/root{rootfs}{bind.target}", follow_symlinks=False)
