@@ -167,3 +167,34 @@ def test_a_spec_directory_others_can_write_is_refused(box: Sandbox,
     assert list(cdi.iterdir()) == []
     box.run(["teardown", "--job-id", "CD4"])
     assert box.leftovers() == []
+
+
+def test_already_bound_never_skips_the_check_of_a_linked_rootfs(
+        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    """The hook forks no bind child when the engine bound exactly the job's trees; that
+    shortcut must not skip the rootfs checks: alice's own container whose rootfs is her
+    symbolic link, with the job's trees bound under the link's target, is still refused
+    as before (root follows only root's links on the way to a rootfs)."""
+    alice = users[0]
+    setup(box, "CD5", alice)
+    try:
+        c = container(box, made, "linked", (alice.uid, alice.gid))
+        real = box.root / "real-rootfs"
+        c.rootfs.rename(real)
+        # Relative: an absolute link seen through /proc/PID/root resolves in the caller's
+        # namespace, which would hide the binds from the shortcut anyway.
+        os.symlink(os.path.relpath(real, c.rootfs.parent), c.rootfs)
+        os.lchown(c.rootfs, alice.uid, alice.gid)
+        pid = c.start()
+        tree = box.local / "job-CD5"
+        for target, source in (("tmp", tree / "tmp"), ("var/tmp", tree / "var_tmp"),
+                               ("dev/shm", box.shm / "job-CD5")):
+            subprocess.run(["nsenter", "-t", str(pid), "-m", "mount", "--rbind", str(source),
+                            str(real / target)], check=True)
+        one_line_error(cdi_hook(c, "CD5"),
+                       f"{c.rootfs}: it is a symbolic link owned by uid {alice.uid}")
+    finally:
+        for c in made:
+            c.stop()
+        assert box.run(["teardown", "--job-id", "CD5"]).returncode == 0
+    assert box.leftovers() == []
