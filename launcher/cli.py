@@ -73,6 +73,9 @@ NO_SLURM = Opt("--no-slurm", FLAG, "do not ask Slurm which jobs are alive; use r
 STATUS_FORMAT = Opt("--format", VALUE, "table (default), json (as --json) or prometheus "
                     "(node_exporter textfile format: bytes used, capacities, jobs by state, "
                     "teardown failures, what the last gc found)", "table|json|prometheus")
+STATUS_OUTPUT = Opt("--output", VALUE, "with --format prometheus: replace FILE atomically "
+                    "(mode 0644) instead of printing, e.g. for node_exporter's textfile "
+                    "directory", "FILE")
 SLURM_CONF = Opt("--slurm-conf", VALUE, "Slurm's configuration to check (default: "
                  "$SLURM_CONF, else /etc/slurm/slurm.conf)", "PATH")
 CDI_DIR = Opt("--cdi-dir", VALUE, "the CDI spec directory to check (default: [cdi] dir, "
@@ -130,7 +133,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
             [JOB_ID, USER, SHARED, CONFIG, FORMAT]),
     Command("status", "launcher.report:status_main",
             "every job jobns holds on this node, with bytes used and per-user totals",
-            [CONFIG, JSON, STATUS_FORMAT]),
+            [CONFIG, JSON, STATUS_FORMAT, STATUS_OUTPUT]),
     Command("gc", "launcher.gc:main",
             "remove what is left of jobs that no longer exist (root)",
             [CONFIG, GC_DRY, NO_SLURM]),

@@ -189,3 +189,26 @@ def status_text(state_dir: str, jobs: list[dict[str, object]], warning: str,
     fill_capacity_bytes(jobs, tree_bytes)
     gc = read_gc_summary(state_dir) if os.geteuid() == 0 else None
     return render(jobs, gc, warning)
+
+
+def write_textfile(path: str, text: str) -> None:
+    """Replace path atomically (a temporary name in the same directory, then rename), mode
+    0644: node_exporter's textfile collector never reads half a file."""
+    from launcher.errors import JobnsError
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        try:
+            os.write(fd, text.encode())
+            os.fchmod(fd, 0o644)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise JobnsError(f"status: write {path}: {e.strerror}") from None

@@ -214,6 +214,8 @@ def status_main(opts: Options, _command: list[str]) -> int:
     fmt = str(opts.get("format") or ("json" if opts.get("json") else "table"))
     if fmt not in ("table", "json", "prometheus"):
         raise JobnsError(f"status: --format {fmt!r}: expected table, json or prometheus")
+    if opts.get("output") and fmt != "prometheus":
+        raise JobnsError("status: --output needs --format prometheus")
     jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
     from launcher.mountinfo import propagation_warning
@@ -222,7 +224,13 @@ def status_main(opts: Options, _command: list[str]) -> int:
     if fmt == "prometheus":  # for node_exporter's textfile collector (launcher.metrics)
         from launcher.metrics import status_text
 
-        sys.stdout.write(status_text(config.state_dir, jobs, warning, tree_bytes))
+        text = status_text(config.state_dir, jobs, warning, tree_bytes)
+        if opts.get("output"):
+            from launcher.metrics import write_textfile
+
+            write_textfile(str(opts["output"]), text)
+        else:
+            sys.stdout.write(text)
         return 0
     if warning:
         sys.stderr.write(f"jobns: warning: {warning}\n")

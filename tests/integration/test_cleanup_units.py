@@ -21,7 +21,8 @@ pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "hook" / "systemd"
-NAMES = ("jobns-boot.service", "jobns-gc.service", "jobns-gc.timer")
+NAMES = ("jobns-boot.service", "jobns-gc.service", "jobns-gc.timer", "jobns-metrics.service",
+         "jobns-metrics.timer")
 
 
 def unit(name: str) -> configparser.ConfigParser:
@@ -105,6 +106,29 @@ def test_the_exec_start_commands_clean_up_after_a_crash(sandbox: Sandbox,
     assert [n for n in os.listdir(sandbox.state / "jobs") if not n.endswith(".lock")] == ["B2"]
     assert sandbox.run(["teardown", "--job-id", "B2"]).returncode == 0
     assert sandbox.leftovers() == []
+
+
+def test_the_metrics_unit_writes_the_textfile(sandbox: Sandbox) -> None:
+    """jobns-metrics.service's ExecStart, with ${JOBNS_TEXTFILE} as systemd expands it."""
+    from tests.metrics_format import parse
+
+    service = unit("jobns-metrics.service")["Service"]
+    env_name, _, default = service["Environment"].partition("=")
+    assert env_name == "JOBNS_TEXTFILE" and default.endswith(".prom")
+    (argv,) = exec_starts("jobns-metrics.service")
+    target = sandbox.root / "textfile" / "jobns.prom"
+    target.parent.mkdir()
+    argv = [str(target) if a == "${JOBNS_TEXTFILE}" else a for a in argv]
+    assert str(target) in argv
+    r = subprocess.run(argv, capture_output=True, text=True, cwd="/", timeout=60,
+                       env={"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/bin:/bin"},
+                       check=False)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert "jobns_jobs" in parse(target.read_text())
+    assert os.listdir(target.parent) == ["jobns.prom"]  # no temporary file left
+    timer = unit("jobns-metrics.timer")
+    assert timer["Timer"]["OnUnitActiveSec"] == "1min"
 
 
 def test_install_python_installed_the_units_and_the_man_page() -> None:

@@ -73,6 +73,17 @@ def test_status_prometheus_on_real_jobs(sandbox: Sandbox, users: list[OsUser]) -
         assert not any(k.startswith("jobns_gc_") for k in mine)
         r = sandbox.run(["status", "--format", "yaml"])
         assert r.returncode == 125 and "expected table, json or prometheus" in r.stderr
+        # --output: the same text, replaced atomically, readable by node_exporter.
+        out = sandbox.root / "jobns.prom"
+        r = sandbox.run(["status", "--format", "prometheus", "--output", str(out)])
+        assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+        assert out.stat().st_mode & 0o777 == 0o644
+        assert parse(out.read_text())["jobns_jobs"] == m["jobns_jobs"]
+        r = sandbox.run(["status", "--output", str(out)])
+        assert r.returncode == 125 and "--output needs --format prometheus" in r.stderr
+        r = sandbox.run(["status", "--format", "prometheus", "--output",
+                         str(sandbox.root / "nodir" / "x.prom")])
+        assert r.returncode == 125 and r.stderr.count("\n") == 1 and "x.prom" in r.stderr
     finally:
         subprocess.run(["chattr", "-i", str(stuck)], check=True)
     assert sandbox.run(["teardown", "--job-id", "M2"]).returncode == 0
