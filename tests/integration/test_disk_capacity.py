@@ -314,3 +314,33 @@ def test_status_shows_capacity_backing_and_use(sandbox: Sandbox, users: list[OsU
     assert used.endswith("MiB") and 2.5 <= float(used[:-3]) < 10, line
     assert sandbox.run(["teardown", "--job-id", "d10"]).returncode == 0
     assert_nothing_left(sandbox, base)
+
+
+def test_a_held_file_system_does_not_stop_teardown_and_is_shut_down(
+        sandbox: Sandbox, users: list[OsUser]) -> None:
+    """Rule 6: alice keeps a file of her disk capacity open from the host; teardown still
+    detaches it and unlinks the image at once, the held file system is shut down (her
+    reads fail), and the loop device goes when she lets go."""
+    alice = users[0]
+    base = disk_config(sandbox)
+    assert setup(sandbox, "d11", alice, "tmp capacity=64MiB").returncode == 0
+    tmp = sandbox.local / "job-d11" / "tmp"
+    holder = subprocess.Popen(
+        ["sh", "-c", "head -c 40000000 /dev/urandom > big; exec 3<big; echo ready; "
+         "read x; cat <&3 > /dev/null; echo rc=$?"], cwd=tmp, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **Sandbox.creds(alice))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        subprocess.run(["sync"], check=True)
+        image = base / "jobns-local-d11.img"
+        assert image.stat().st_blocks * 512 > 30 * MI
+        r = sandbox.run(["teardown", "--job-id", "d11"])
+        assert r.returncode == 0, r.stderr
+        assert not image.exists() and loop_mounts(sandbox) == []
+        assert len(loops_under(base)) == 1  # she still holds it
+        out, err = holder.communicate("\n", timeout=30)
+        assert "rc=0" not in out, (out, err)  # shut down: her reads fail
+    finally:
+        holder.kill()
+        holder.wait()
+    assert_nothing_left(sandbox, base)
