@@ -357,40 +357,24 @@ def _release(fd: int, image_fd: int | None) -> None:
     then it truncates the image through image_fd, which frees its space even while
     someone still holds the (shut down) file system. If this process dies first, the
     pipe closes and the release happens all the same."""
+    from launcher.fork import spawn
+
     r, w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            if os.fork() != 0:
-                os._exit(0)
-            os.setsid()
-            keep = {fd, r} if image_fd is None else {fd, r, image_fd}
-            for n in range(3):
-                null = os.open("/dev/null", os.O_RDWR)
-                os.dup2(null, n)
-                os.close(null)
-            for n in _open_fds():
-                if n > 2 and n not in keep:
-                    try:
-                        os.close(n)
-                    except OSError:
-                        pass
-            os.read(r, 1)  # EOF: the epilog is gone (or gave up on us)
-            os.close(fd)
-            if image_fd is not None:
-                os.ftruncate(image_fd, 0)
-        finally:
-            os._exit(0)
+
+    def release() -> None:
+        os.setsid()  # out of the epilog's session: slurmd's signals are not for it
+        os.read(r, 1)  # EOF: the epilog is gone (or gave up on us)
+        os.close(fd)
+        if image_fd is not None:
+            os.ftruncate(image_fd, 0)
+
+    # launcher.fork: it keeps only these fds (never the job lock), and it outlives us
+    # (reparented when the epilog exits: it waits for that), so nobody waits for it.
+    keep = (fd, r) if image_fd is None else (fd, r, image_fd)
+    child = spawn(release, keep=keep)
+    os.close(child.report_fd)
     os.close(r)
-    os.waitpid(pid, 0)
     _releasers.append(w)  # closed when this process exits
-
-
-def _open_fds() -> list[int]:
-    try:
-        return [int(n) for n in os.listdir("/proc/self/fd")]
-    except OSError:
-        return list(range(3, 1024))
 
 
 # ------------------------------------------------------------------------ gc / recover
