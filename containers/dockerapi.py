@@ -9,8 +9,10 @@ from typing import Any
 
 from containers.errors import RigError
 
-START_HINT = ("start it with ci/start-docker, or by hand: "
-              "`dockerd >/var/log/dockerd.log 2>&1 &` then wait for `docker info`")
+START_HINT = (
+    "start it with ci/start-docker, or by hand: "
+    "`dockerd >/var/log/dockerd.log 2>&1 &` then wait for `docker info`"
+)
 
 
 def connect(timeout: int = 120) -> Any:

@@ -43,10 +43,13 @@ VARIANT = "minbase"
 # What the nodes need from Debian. python3 is 3.11.2 like the host's /usr/bin/python3,
 # which is what makes host-built wheels (python-prctl is compiled) fit the image.
 PACKAGES = (
-    "python3", "python3-venv",      # the interpreter every user can run, and venv
-    "libcap2",                      # python-prctl's shared library
-    "slurm-wlm", "munge",           # a Slurm cluster in the rig (controller + nodes)
-    "procps", "iproute2",           # ps/pkill for tests, ip to check `--net none`
+    "python3",
+    "python3-venv",  # the interpreter every user can run, and venv
+    "libcap2",  # python-prctl's shared library
+    "slurm-wlm",
+    "munge",  # a Slurm cluster in the rig (controller + nodes)
+    "procps",
+    "iproute2",  # ps/pkill for tests, ip to check `--net none`
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the build *procedure* changes in a way the inputs above do not show.
@@ -72,7 +75,7 @@ class ImageSet:
     deps: str
     node: str
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
-    built: list[str] = field(default_factory=list)           # tags built (not reused)
+    built: list[str] = field(default_factory=list)  # tags built (not reused)
 
 
 def digest(*parts: str) -> str:
@@ -81,8 +84,11 @@ def digest(*parts: str) -> str:
 
 def host_mirror(sources: str = "/etc/apt") -> str:
     """The Debian archive the host's apt uses for SUITE (deb822 or one-line lists)."""
-    files = sorted(glob.glob(f"{sources}/sources.list.d/*.sources")) + sorted(
-        glob.glob(f"{sources}/sources.list.d/*.list")) + [f"{sources}/sources.list"]
+    files = (
+        sorted(glob.glob(f"{sources}/sources.list.d/*.sources"))
+        + sorted(glob.glob(f"{sources}/sources.list.d/*.list"))
+        + [f"{sources}/sources.list"]
+    )
     for path in files:
         try:
             text = Path(path).read_text()
@@ -107,8 +113,9 @@ def host_mirror(sources: str = "/etc/apt") -> str:
 
 
 def architecture() -> str:
-    out = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        ["dpkg", "--print-architecture"], capture_output=True, text=True, check=False
+    )
     return out.stdout.strip() or "amd64"
 
 
@@ -127,20 +134,30 @@ def image_exists(client: Any, tag: str) -> bool:
 
 def _debootstrap(root: Path, mirror: str, log: Log) -> None:
     if shutil.which("debootstrap") is None:
-        raise RigError("build base image: debootstrap is not installed "
-                       "(apt-get install -y debootstrap)")
+        raise RigError(
+            "build base image: debootstrap is not installed (apt-get install -y debootstrap)"
+        )
     debs = wheels.cache_dir() / "debootstrap-debs"  # downloaded .debs survive a recipe change
     debs.mkdir(parents=True, exist_ok=True)
-    cmd = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}",
-           f"--cache-dir={debs}", SUITE, str(root), mirror]
+    cmd = [
+        "debootstrap",
+        f"--variant={VARIANT}",
+        f"--include={','.join(PACKAGES)}",
+        f"--cache-dir={debs}",
+        SUITE,
+        str(root),
+        mirror,
+    ]
     log(f"images: {' '.join(cmd)}")
     logfile = root.parent / "debootstrap.log"
     with open(logfile, "w") as out:
         rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
     if rc != 0:
         tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-20:])
-        raise RigError(f"build base image: debootstrap exited {rc} (mirror {mirror}; set "
-                       f"--mirror or JOBNS_RIG_MIRROR if it is wrong):\n{tail}")
+        raise RigError(
+            f"build base image: debootstrap exited {rc} (mirror {mirror}; set "
+            f"--mirror or JOBNS_RIG_MIRROR if it is wrong):\n{tail}"
+        )
 
 
 def _trim(root: Path) -> None:
@@ -164,18 +181,35 @@ def build_base(client: Any, mirror: str, force: bool, log: Log) -> tuple[str, bo
         _trim(root)
         tar = Path(tmp) / "rootfs.tar"
         # numeric owners: the image's passwd, not the host's, names them
-        rc = subprocess.run(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*",
-                             "-C", str(root), "-cf", str(tar), "."], check=False).returncode
+        rc = subprocess.run(
+            [
+                "tar",
+                "--numeric-owner",
+                "--xattrs",
+                "--xattrs-include=*",
+                "-C",
+                str(root),
+                "-cf",
+                str(tar),
+                ".",
+            ],
+            check=False,
+        ).returncode
         if rc != 0:
             raise RigError(f"build base image: tar of {root} exited {rc}")
         repo, _, version = tag.partition(":")
         log(f"images: docker import {tar} as {tag}")
         try:
             client.api.import_image_from_file(
-                str(tar), repository=repo, tag=version,
-                changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                         'CMD ["/bin/bash"]',
-                         f"LABEL {labels.IMAGE}=base {labels.INPUTS}={version}"])
+                str(tar),
+                repository=repo,
+                tag=version,
+                changes=[
+                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    'CMD ["/bin/bash"]',
+                    f"LABEL {labels.IMAGE}=base {labels.INPUTS}={version}",
+                ],
+            )
         except Exception as e:
             raise RigError(f"build base image: docker import of {tar}: {e}") from None
     if not image_exists(client, tag):
@@ -183,8 +217,9 @@ def build_base(client: Any, mirror: str, force: bool, log: Log) -> tuple[str, bo
     return tag, True
 
 
-def _build_layer(client: Any, kind: str, repo: str, dockerfile: str, files: list[Path],
-                 force: bool, log: Log) -> tuple[str, bool]:
+def _build_layer(
+    client: Any, kind: str, repo: str, dockerfile: str, files: list[Path], force: bool, log: Log
+) -> tuple[str, bool]:
     """Build `dockerfile` with `files` in its context, tagged by a hash of both."""
     h = digest(RECIPE, dockerfile, *sorted(f"{p.name}={_file_digest(p)}" for p in files))
     tag = f"{repo}:{h}"
@@ -199,13 +234,20 @@ def _build_layer(client: Any, kind: str, repo: str, dockerfile: str, files: list
             shutil.copy2(p, Path(ctx) / "wheels" / p.name)
         log(f"images: docker build {tag}")
         try:
-            client.images.build(path=ctx, tag=tag, rm=True, forcerm=True, pull=False,
-                                network_mode="none", labels={labels.IMAGE: kind,
-                                                             labels.INPUTS: h})
+            client.images.build(
+                path=ctx,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                network_mode="none",
+                labels={labels.IMAGE: kind, labels.INPUTS: h},
+            )
         except docker.errors.BuildError as e:
             tail = "".join(str(c.get("stream", c.get("error", ""))) for c in e.build_log)
-            raise RigError(f"build {kind} image {tag}: {e.msg}\n"
-                           f"{chr(10).join(tail.splitlines()[-20:])}") from None
+            raise RigError(
+                f"build {kind} image {tag}: {e.msg}\n{chr(10).join(tail.splitlines()[-20:])}"
+            ) from None
         except docker.errors.APIError as e:
             raise RigError(f"build {kind} image {tag}: {e}") from None
     return tag, True
@@ -221,8 +263,12 @@ def spank_plugin(out_dir: Path) -> Path:
     """The jobns SPANK plugin, built on the host by ci/build-spank against Debian's
     libslurm-dev (the image's Slurm is the same Debian 22.05)."""
     out = out_dir / SPANK_PLUGIN
-    r = subprocess.run([str(REPO / "ci" / "build-spank"), "--output", str(out)],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [str(REPO / "ci" / "build-spank"), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if r.returncode != 0:
         raise RigError(f"build the jobns SPANK plugin: {r.stderr.strip()}")
     return out
@@ -231,14 +277,15 @@ def spank_plugin(out_dir: Path) -> Path:
 def deps_dockerfile(base: str, requirements: list[str]) -> str:
     users = " \\\n && ".join(
         f"useradd --create-home --user-group --uid {uid} --shell /bin/bash {name}"
-        for name, uid in USERS)
+        for name, uid in USERS
+    )
     return f"""\
 FROM {base}
 COPY wheels/ {WHEEL_DIR}/
 # --no-index: the build has no network; every wheel was built on the host
 RUN /usr/bin/python3 -m venv {VENV} \\
  && {VENV}/bin/python -m pip install --no-index --no-cache-dir --disable-pip-version-check \\
-    --find-links {WHEEL_DIR} {' '.join(shlex.quote(r) for r in requirements)}
+    --find-links {WHEEL_DIR} {" ".join(shlex.quote(r) for r in requirements)}
 # ordinary job users: alice runs jobs via `--user alice` and unprivileged via su
 RUN {users}
 # Slurm and munge state directories (the rig's Slurm cluster renders slurm.conf later)
@@ -260,8 +307,9 @@ RUN {VENV}/bin/python -m pip install --no-index --no-deps --no-cache-dir \\
 """
 
 
-def build(client: Any | None = None, *, force: bool = False, mirror: str | None = None,
-          log: Log = _stderr) -> ImageSet:
+def build(
+    client: Any | None = None, *, force: bool = False, mirror: str | None = None, log: Log = _stderr
+) -> ImageSet:
     """Build (or reuse) base, deps and node images; returns their tags and timings."""
     client = client or connect()
     mirror = mirror or os.environ.get("JOBNS_RIG_MIRROR") or host_mirror()
@@ -283,11 +331,13 @@ def build(client: Any | None = None, *, force: bool = False, mirror: str | None 
         times["wheels"] = time.monotonic() - t
 
         t = time.monotonic()
-        deps, new = _build_layer(client, "deps", DEPS, deps_dockerfile(base, reqs), dep_wheels,
-                                 force, log)
+        deps, new = _build_layer(
+            client, "deps", DEPS, deps_dockerfile(base, reqs), dep_wheels, force, log
+        )
         built += [deps] if new else []
-        node, new = _build_layer(client, "node", NODE, node_dockerfile(deps, jobns.name),
-                                 [jobns, plugin], force, log)
+        node, new = _build_layer(
+            client, "node", NODE, node_dockerfile(deps, jobns.name), [jobns, plugin], force, log
+        )
         built += [node] if new else []
         times["layers"] = time.monotonic() - t
     return ImageSet(base, deps, node, times, built)
@@ -313,8 +363,9 @@ def prune(client: Any, keep: ImageSet, log: Log = _stderr) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m containers.images",
-                                 description="Build the rig's node images (no registry).")
+    ap = argparse.ArgumentParser(
+        prog="python -m containers.images", description="Build the rig's node images (no registry)."
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build or reuse base, deps and node images")
     b.add_argument("--force", action="store_true", help="rebuild even if the tags exist")
@@ -331,8 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"base  {images.base}\ndeps  {images.deps}\nnode  {images.node}")
         phases = "  ".join(f"{k} {v:.1f}s" for k, v in images.timings.items())
-        print(f"built {', '.join(images.built) or 'nothing (all cached)'}; "
-              f"{phases}  total {total:.1f}s")
+        print(
+            f"built {', '.join(images.built) or 'nothing (all cached)'}; "
+            f"{phases}  total {total:.1f}s"
+        )
     except RigError as e:
         print(f"containers.images: {e}", file=sys.stderr)
         return 1

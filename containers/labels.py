@@ -17,9 +17,9 @@ import secrets
 
 RIG = "org.jobns.rig"
 OWNER = "org.jobns.rig.owner"
-ROLE = "org.jobns.rig.role"          # "node", "network", "shared-volume", "probe"
-IMAGE = "org.jobns.rig.image"        # on images: "base", "deps" or "node"
-INPUTS = "org.jobns.rig.inputs"      # on images: the content hash in the tag
+ROLE = "org.jobns.rig.role"  # "node", "network", "shared-volume", "probe"
+IMAGE = "org.jobns.rig.image"  # on images: "base", "deps" or "node"
+INPUTS = "org.jobns.rig.inputs"  # on images: the content hash in the tag
 
 
 def new_run_id() -> str:

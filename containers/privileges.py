@@ -21,33 +21,41 @@ class Privileges:
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for docker's containers.create/run."""
-        return {"cap_add": list(self.cap_add), "cap_drop": list(self.cap_drop),
-                "security_opt": list(self.security_opt)}
+        return {
+            "cap_add": list(self.cap_add),
+            "cap_drop": list(self.cap_drop),
+            "security_opt": list(self.security_opt),
+        }
 
     def without(self, cap: str) -> Privileges:
-        return Privileges(f"{self.name}-{cap}", tuple(c for c in self.cap_add if c != cap),
-                          self.cap_drop, self.security_opt)
+        return Privileges(
+            f"{self.name}-{cap}",
+            tuple(c for c in self.cap_add if c != cap),
+            self.cap_drop,
+            self.security_opt,
+        )
 
 
 # Everything the VM allows: the fallback when MINIMUM is suspected of hiding a bug.
-BROAD = Privileges("broad", ("ALL",), ("SYS_RESOURCE",),
-                   ("seccomp=unconfined", "apparmor=unconfined"))
+BROAD = Privileges(
+    "broad", ("ALL",), ("SYS_RESOURCE",), ("seccomp=unconfined", "apparmor=unconfined")
+)
 
 # Start from nothing (cap_drop ALL) so the set does not depend on dockerd's defaults.
 # Each one is needed: `python -m containers.capprobe` shows what fails without it.
 MINIMUM = Privileges(
     "minimum",
     cap_add=(
-        "SYS_ADMIN",    # unshare(CLONE_NEWNS|CLONE_NEWNET), mount(2): binds, propagation
-        "SYS_CHROOT",   # setns(CLONE_NEWNS) checks it too (kernel mntns_install)
-        "SYS_PTRACE",   # open /proc/PID/ns/mnt of a task running as another user
-        "SETUID",       # switch to the job user (--user; su; slurmstepd)
-        "SETGID",       # ... and to its gid and groups (setgroups)
-        "CHOWN",        # hand the job's directories to the job user
+        "SYS_ADMIN",  # unshare(CLONE_NEWNS|CLONE_NEWNET), mount(2): binds, propagation
+        "SYS_CHROOT",  # setns(CLONE_NEWNS) checks it too (kernel mntns_install)
+        "SYS_PTRACE",  # open /proc/PID/ns/mnt of a task running as another user
+        "SETUID",  # switch to the job user (--user; su; slurmstepd)
+        "SETGID",  # ... and to its gid and groups (setgroups)
+        "CHOWN",  # hand the job's directories to the job user
         "DAC_OVERRIDE",  # root creates/walks trees the job user owns (mode 0700)
-        "FOWNER",       # root removes the user's files from sticky (1777) tmp and var_tmp
-        "KILL",         # SIGKILL a task of the job user after kill_wait
-        "NET_ADMIN",    # bring lo up in a root-made private network (--net none)
+        "FOWNER",  # root removes the user's files from sticky (1777) tmp and var_tmp
+        "KILL",  # SIGKILL a task of the job user after kill_wait
+        "NET_ADMIN",  # bring lo up in a root-made private network (--net none)
     ),
     cap_drop=("ALL",),
     # Docker's default seccomp profile allows mount/unshare/setns once SYS_ADMIN is in

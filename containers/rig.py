@@ -60,8 +60,9 @@ class ExecResult(NamedTuple):
 
     def check(self, what: str) -> ExecResult:
         if self.exit_code != 0:
-            raise RigError(f"{what}: exit {self.exit_code}\n--- stdout\n{self.stdout}"
-                           f"--- stderr\n{self.stderr}")
+            raise RigError(
+                f"{what}: exit {self.exit_code}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+            )
         return self
 
 
@@ -96,8 +97,14 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.hostname})"
 
-    def exec(self, argv: Sequence[str], *, user: str = "root", timeout: float = 120,
-             env: Mapping[str, str] | None = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        user: str = "root",
+        timeout: float = 120,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
         """Run argv in the node as `user` (through su) and wait; never hangs past timeout.
 
         docker exec has no timeout of its own, so coreutils' timeout bounds the command
@@ -109,8 +116,11 @@ class Node:
         except Exception as e:
             raise RigError(f"exec {shlex.join(cmd)} in {self.hostname}: {e}") from None
         out, err = res.output
-        return ExecResult(int(res.exit_code), (out or b"").decode(errors="replace"),
-                          (err or b"").decode(errors="replace"))
+        return ExecResult(
+            int(res.exit_code),
+            (out or b"").decode(errors="replace"),
+            (err or b"").decode(errors="replace"),
+        )
 
     def sh(self, script: str, *args: str, user: str = "root", timeout: float = 120) -> ExecResult:
         return self.exec(["sh", "-c", script, "sh", *args], user=user, timeout=timeout)
@@ -152,8 +162,9 @@ def name_of(obj: Any) -> str:
     return str(names[0]).lstrip("/")
 
 
-def sweep(client: Any, *, run_id: str | None = None, everything: bool = False,
-          log: Log = _stderr) -> list[str]:
+def sweep(
+    client: Any, *, run_id: str | None = None, everything: bool = False, log: Log = _stderr
+) -> list[str]:
     """Remove labelled resources: of run_id; else of dead owners (all with everything).
 
     Containers go first (a network or volume in use cannot be removed). Returns what
@@ -185,12 +196,20 @@ def sweep(client: Any, *, run_id: str | None = None, everything: bool = False,
 
 
 class Rig:
-    def __init__(self, image: str, nodes: int = 2, *, hostnames: Sequence[str] = (),
-                 client: Any | None = None,
-                 shared_mount: str = "/lustre", shared_base: str = "/lustre/jobns",
-                 config: Mapping[str, object] | None = None,
-                 privileges: Privileges = MINIMUM, run_id: str | None = None,
-                 log: Log = _stderr) -> None:
+    def __init__(
+        self,
+        image: str,
+        nodes: int = 2,
+        *,
+        hostnames: Sequence[str] = (),
+        client: Any | None = None,
+        shared_mount: str = "/lustre",
+        shared_base: str = "/lustre/jobns",
+        config: Mapping[str, object] | None = None,
+        privileges: Privileges = MINIMUM,
+        run_id: str | None = None,
+        log: Log = _stderr,
+    ) -> None:
         # hostnames overrides the node1..nodeN default (e.g. a Slurm controller "ctl")
         self.hostnames = list(hostnames) or [f"node{i}" for i in range(1, nodes + 1)]
         if not self.hostnames or len(set(self.hostnames)) != len(self.hostnames):
@@ -226,8 +245,12 @@ class Rig:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
             self.close()
         except RigError as e:
@@ -256,11 +279,18 @@ class Rig:
         api_error = _api_error()
         try:
             # internal: no gateway/NAT, so node traffic cannot leave the rig
-            client.networks.create(self.network_name, driver="bridge", internal=True,
-                                   check_duplicate=True,
-                                   labels=labels.for_run(self.run_id, "network"))
-            client.volumes.create(self.volume_name, driver="local",
-                                  labels=labels.for_run(self.run_id, "shared-volume"))
+            client.networks.create(
+                self.network_name,
+                driver="bridge",
+                internal=True,
+                check_duplicate=True,
+                labels=labels.for_run(self.run_id, "network"),
+            )
+            client.volumes.create(
+                self.volume_name,
+                driver="local",
+                labels=labels.for_run(self.run_id, "shared-volume"),
+            )
             for hostname in self.hostnames:
                 self.nodes.append(self._start_node(hostname))
         except api_error as e:
@@ -272,15 +302,24 @@ class Rig:
         assert self.client is not None
         endpoint = self.client.api.create_endpoint_config(aliases=[hostname])
         container = self.client.containers.run(
-            self.image, ["sleep", "infinity"], detach=True, init=True,
-            name=f"{self.prefix}-{hostname}", hostname=hostname,
-            network=self.network_name, networking_config={self.network_name: endpoint},
+            self.image,
+            ["sleep", "infinity"],
+            detach=True,
+            init=True,
+            name=f"{self.prefix}-{hostname}",
+            hostname=hostname,
+            network=self.network_name,
+            networking_config={self.network_name: endpoint},
             volumes={self.volume_name: {"bind": self.shared_mount, "mode": "rw"}},
-            labels=labels.for_run(self.run_id, "node"), **self.privileges.kwargs())
+            labels=labels.for_run(self.run_id, "node"),
+            **self.privileges.kwargs(),
+        )
         container.reload()
         if container.status != "running":
-            raise RigError(f"start node {hostname}: container is {container.status}:\n"
-                           f"{container.logs().decode(errors='replace')[-2000:]}")
+            raise RigError(
+                f"start node {hostname}: container is {container.status}:\n"
+                f"{container.logs().decode(errors='replace')[-2000:]}"
+            )
         return Node(container, hostname)
 
     def _configure(self) -> None:
@@ -296,7 +335,8 @@ class Rig:
                 self.log(f"rig: {n.hostname}: keep the default route: {r.stderr.strip()}")
         # world-writable and sticky like /tmp: unprivileged users make their own job-ID
         self.nodes[0].exec(["install", "-d", "-m", "1777", self.shared_base]).check(
-            f"create {self.shared_base} on the shared volume")
+            f"create {self.shared_base} on the shared volume"
+        )
 
     def close(self) -> None:
         """Remove everything of this run (idempotent); signals wait until it is done.
@@ -322,8 +362,10 @@ class Rig:
                 left = {k: v for k, v in labelled(self.client, self.run_id).items() if v}
                 if left:
                     names = {k: [name_of(o) for o in v] for k, v in left.items()}
-                    raise RigError(f"remove rig {self.run_id}: still present: {names}; "
-                                   "`python -m containers.rig sweep --all` removes them")
+                    raise RigError(
+                        f"remove rig {self.run_id}: still present: {names}; "
+                        "`python -m containers.rig sweep --all` removes them"
+                    )
             self.nodes.clear()
             self.timings["close"] = time.monotonic() - t0
         finally:
@@ -343,12 +385,14 @@ def _api_error() -> type[Exception]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m containers.rig",
-                                 description="The jobns docker test rig.")
+    ap = argparse.ArgumentParser(
+        prog="python -m containers.rig", description="The jobns docker test rig."
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sweep", help="remove leftovers of crashed rig runs")
-    s.add_argument("--all", action="store_true",
-                   help="also resources of rigs whose owner is still running")
+    s.add_argument(
+        "--all", action="store_true", help="also resources of rigs whose owner is still running"
+    )
     u = sub.add_parser("up", help="start a rig and keep it until Ctrl-C / SIGTERM")
     u.add_argument("-n", "--nodes", type=int, default=2)
     u.add_argument("--image", help="node image (default: build or reuse the current one)")

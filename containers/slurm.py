@@ -47,15 +47,33 @@ ENFORCE_CONF = {"PlugStackConfig": f"{JOBNS_HOOKS}/plugstack.conf"}
 WORK = "/lustre/slurm"
 # Job states after which nothing of the job runs any more (scontrol reports COMPLETING,
 # not one of these, until every node's epilog has finished).
-FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                   "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+FINAL = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 # Node states in which the node takes no job: a failed prolog or epilog drains it.
 UNUSABLE = ("drain", "drng", "drained", "down", "fail", "failg")
 
 
-def render_conf(controller: str, computes: Sequence[str], *, cpus: int = 1,
-                memory_mb: int = 500, kill_wait: int = 2, cluster: str = "rig",
-                extra: Mapping[str, str] | None = None) -> str:
+def render_conf(
+    controller: str,
+    computes: Sequence[str],
+    *,
+    cpus: int = 1,
+    memory_mb: int = 500,
+    kill_wait: int = 2,
+    cluster: str = "rig",
+    extra: Mapping[str, str] | None = None,
+) -> str:
     """slurm.conf for one controller and `computes` (hostnames that resolve in the rig).
 
     CPUs and RealMemory are deliberately below what a container sees: a node that
@@ -87,17 +105,27 @@ def render_conf(controller: str, computes: Sequence[str], *, cpus: int = 1,
         **(extra or {}),
     }
     lines = [f"{k}={v}" for k, v in settings.items()]
-    lines += [f"NodeName={h} NodeHostname={h} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
-              for h in computes]
-    lines.append(f"PartitionName=rig Nodes={','.join(computes)} Default=YES "
-                 "MaxTime=INFINITE State=UP")
+    lines += [
+        f"NodeName={h} NodeHostname={h} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
+        for h in computes
+    ]
+    lines.append(
+        f"PartitionName=rig Nodes={','.join(computes)} Default=YES MaxTime=INFINITE State=UP"
+    )
     return "\n".join(lines) + "\n"
 
 
 class SlurmCluster:
-    def __init__(self, rig: Rig, controller: str, computes: Sequence[str], *,
-                 jobns: bool = False, enforce: bool = False,
-                 extra: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        rig: Rig,
+        controller: str,
+        computes: Sequence[str],
+        *,
+        jobns: bool = False,
+        enforce: bool = False,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
         if enforce and not jobns:
             raise RigError("SlurmCluster: enforce=True needs jobns=True")
         self.rig = rig
@@ -105,9 +133,15 @@ class SlurmCluster:
         self.computes = [rig.node(h) for h in computes]
         self.jobns = jobns
         self.enforce = enforce
-        self.conf = render_conf(controller, computes,
-                                extra={**(JOBNS_CONF if jobns else {}),
-                                       **(ENFORCE_CONF if enforce else {}), **(extra or {})})
+        self.conf = render_conf(
+            controller,
+            computes,
+            extra={
+                **(JOBNS_CONF if jobns else {}),
+                **(ENFORCE_CONF if enforce else {}),
+                **(extra or {}),
+            },
+        )
         self.timings: dict[str, float] = {}
 
     @property
@@ -129,11 +163,12 @@ class SlurmCluster:
                 n.put_file(f"{JOBNS_HOOKS}/plugstack.conf", plugstack, mode=0o644)
             for n in self.computes:
                 n.sh("printf '[slurm]\\nenforce = true\\n' >> /etc/jobns/jobns.toml").check(
-                    f"enforce in {n.hostname}'s jobns.toml")
+                    f"enforce in {n.hostname}'s jobns.toml"
+                )
         self.controller.exec(["install", "-d", "-m", "1777", WORK]).check(
-            f"create {WORK} on the shared volume")
-        self.controller.exec(["slurmctld"]).check("start slurmctld on "
-                                                  f"{self.controller.hostname}")
+            f"create {WORK} on the shared volume"
+        )
+        self.controller.exec(["slurmctld"]).check(f"start slurmctld on {self.controller.hostname}")
         for n in self.computes:
             n.exec(["slurmd"]).check(f"start slurmd on {n.hostname}")
         self.wait_idle(timeout)
@@ -145,8 +180,11 @@ class SlurmCluster:
 
     def unusable(self) -> dict[str, str]:
         """Compute nodes Slurm will not use (drained, down), with its reason."""
-        return {h: f"{state}: {reason}" for h, (state, reason) in self._sinfo().items()
-                if state.rstrip("*~#!%$@^-") in UNUSABLE}
+        return {
+            h: f"{state}: {reason}"
+            for h, (state, reason) in self._sinfo().items()
+            if state.rstrip("*~#!%$@^-") in UNUSABLE
+        }
 
     def _sinfo(self) -> dict[str, tuple[str, str]]:
         r = self.controller.exec(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], timeout=10)
@@ -166,8 +204,10 @@ class SlurmCluster:
             if all(states.get(h) == "idle" for h in want):
                 return
             time.sleep(0.5)
-        raise RigError(f"wait for Slurm nodes {sorted(want)} to be idle: after {timeout:g}s "
-                       f"sinfo says {states}\n{self.logs()}")
+        raise RigError(
+            f"wait for Slurm nodes {sorted(want)} to be idle: after {timeout:g}s "
+            f"sinfo says {states}\n{self.logs()}"
+        )
 
     def logs(self, lines: int = 20) -> str:
         """The tails of slurmctld's and every slurmd's log (for failure messages)."""
@@ -178,8 +218,9 @@ class SlurmCluster:
         return "".join(parts)
 
     # -- jobs --------------------------------------------------------------------------
-    def sbatch(self, user: str, script: str, *options: str, wait: bool = True,
-               timeout: float = 120) -> str:
+    def sbatch(
+        self, user: str, script: str, *options: str, wait: bool = True, timeout: float = 120
+    ) -> str:
         """Submit `script` as `user` from the controller; returns the job id.
 
         The script and the job's output (WORK/slurm-<id>.out, read by `output`) live on
@@ -189,20 +230,30 @@ class SlurmCluster:
         """
         path = f"{WORK}/job-{time.monotonic_ns()}.sh"
         self.controller.put_file(path, script, mode=0o755)
-        argv = ["sbatch", "--parsable", f"--chdir={WORK}", f"--output={WORK}/slurm-%j.out",
-                *options, path]
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--chdir={WORK}",
+            f"--output={WORK}/slurm-%j.out",
+            *options,
+            path,
+        ]
         r = self.controller.exec(argv, user=user, timeout=30)
         first = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
         job_id = first.split(";")[0]
         if r.exit_code != 0 or not job_id.isdigit():
-            raise RigError(f"{shlex.join(argv)} as {user}: no job id: exit {r.exit_code}\n"
-                           f"--- stdout\n{r.stdout}--- stderr\n{r.stderr}")
+            raise RigError(
+                f"{shlex.join(argv)} as {user}: no job id: exit {r.exit_code}\n"
+                f"--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
+            )
         if wait:
             state, code = self.wait_done(job_id, timeout)
             if (state, code) != ("COMPLETED", "0:0"):
-                raise RigError(f"job {job_id} ({shlex.join(argv)} as {user}) ended {state} "
-                               f"with exit code {code}\n--- job output\n"
-                               f"{self.output(job_id)}{self.logs()}")
+                raise RigError(
+                    f"job {job_id} ({shlex.join(argv)} as {user}) ended {state} "
+                    f"with exit code {code}\n--- job output\n"
+                    f"{self.output(job_id)}{self.logs()}"
+                )
         return job_id
 
     def job_state(self, job_id: str) -> tuple[str, str]:
@@ -211,8 +262,10 @@ class SlurmCluster:
         state = re.search(r"\bJobState=(\S+)", r.stdout)
         code = re.search(r"\bExitCode=(\S+)", r.stdout)
         if r.exit_code != 0 or state is None:
-            raise RigError(f"scontrol show job {job_id}: exit {r.exit_code}: "
-                           f"{r.stderr.strip() or r.stdout.strip()}")
+            raise RigError(
+                f"scontrol show job {job_id}: exit {r.exit_code}: "
+                f"{r.stderr.strip() or r.stdout.strip()}"
+            )
         return state.group(1), code.group(1) if code else "?"
 
     def wait_done(self, job_id: str, timeout: float = 120) -> tuple[str, str]:
@@ -228,11 +281,15 @@ class SlurmCluster:
             if state in FINAL:
                 return state, code
             if state == "PENDING" and (bad := self.unusable()):
-                raise RigError(f"job {job_id} is pending and will stay so: Slurm does not "
-                               f"use {bad}\n{self.logs()}")
+                raise RigError(
+                    f"job {job_id} is pending and will stay so: Slurm does not "
+                    f"use {bad}\n{self.logs()}"
+                )
             time.sleep(0.2)
-        raise RigError(f"job {job_id} still {state} after {timeout:g}s\n"
-                       f"--- job output\n{self.output(job_id)}{self.logs()}")
+        raise RigError(
+            f"job {job_id} still {state} after {timeout:g}s\n"
+            f"--- job output\n{self.output(job_id)}{self.logs()}"
+        )
 
     def output(self, job_id: str) -> str:
         r = self.controller.exec(["cat", f"{WORK}/slurm-{job_id}.out"], timeout=10)
@@ -245,7 +302,8 @@ class SlurmCluster:
 
     def scancel(self, job_id: str, *options: str) -> ExecResult:
         return self.controller.exec(["scancel", *options, job_id], timeout=30).check(
-            f"scancel {job_id}")
+            f"scancel {job_id}"
+        )
 
 
 def install_jobns_hooks(node: Node) -> None:
@@ -261,7 +319,9 @@ def install_jobns_hooks(node: Node) -> None:
 
 def start_munge(node: Node) -> None:
     # munged refuses a socket directory it does not own; /run is fresh in a container
-    node.exec(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"]
-              ).check(f"mkdir /run/munge on {node.hostname}")
+    node.exec(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"]).check(
+        f"mkdir /run/munge on {node.hostname}"
+    )
     node.exec(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"]).check(
-        f"start munged on {node.hostname}")
+        f"start munged on {node.hostname}"
+    )

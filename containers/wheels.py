@@ -28,13 +28,22 @@ from containers.errors import RigError
 REPO = Path(__file__).resolve().parent.parent
 # The venv the project's tools live in; its interpreter is Debian's /usr/bin/python3.
 HOST_PYTHON = os.environ.get("JOBNS_RIG_PYTHON", "/opt/jobns/venv/bin/python")
-COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist",
-                                     ".mypy_cache", ".ruff_cache", ".pytest_cache")
+COPY_IGNORE = shutil.ignore_patterns(
+    "__pycache__",
+    "*.pyc",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+)
 
 
 def cache_dir() -> Path:
     base = os.environ.get("JOBNS_RIG_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jobns-rig")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jobns-rig"
+    )
     path = Path(base)
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -72,17 +81,27 @@ def _pip_wheel(args: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise RigError(f"build {what} wheels ({' '.join(cmd)}) failed with exit "
-                       f"{proc.returncode}:\n{tail}")
+        raise RigError(
+            f"build {what} wheels ({' '.join(cmd)}) failed with exit {proc.returncode}:\n{tail}"
+        )
 
 
 def interpreter_tag() -> str:
-    out = subprocess.run([HOST_PYTHON, "-c", "import sys,sysconfig;print(sys.version.split()[0],"
-                          "sysconfig.get_platform())"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [
+            HOST_PYTHON,
+            "-c",
+            "import sys,sysconfig;print(sys.version.split()[0],sysconfig.get_platform())",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
-        raise RigError(f"run {HOST_PYTHON}: {out.stderr.strip()}; set JOBNS_RIG_PYTHON to a "
-                       "Python 3.11 with pip")
+        raise RigError(
+            f"run {HOST_PYTHON}: {out.stderr.strip()}; set JOBNS_RIG_PYTHON to a "
+            "Python 3.11 with pip"
+        )
     return out.stdout.strip()
 
 
@@ -127,13 +146,24 @@ def build_env(requires: list[str]) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
     try:
-        for cmd in ([HOST_PYTHON, "-m", "venv", str(work)],
-                    [str(work / "bin/python"), "-m", "pip", "install", "-q",
-                     "--disable-pip-version-check", *reqs]):
+        for cmd in (
+            [HOST_PYTHON, "-m", "venv", str(work)],
+            [
+                str(work / "bin/python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                *reqs,
+            ],
+        ):
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
-                raise RigError(f"make the build environment ({' '.join(cmd)}): exit "
-                               f"{proc.returncode}\n{proc.stderr.strip()[-2000:]}")
+                raise RigError(
+                    f"make the build environment ({' '.join(cmd)}): exit "
+                    f"{proc.returncode}\n{proc.stderr.strip()[-2000:]}"
+                )
         (work / ".complete").write_text("\n".join(reqs) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)  # only bin/python is used: a renamed venv still works for that
@@ -150,8 +180,11 @@ def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
     packages = st.get("packages", []) if isinstance(st, dict) else []
     bs = proj.get("build-system", {})
     requires = [str(r) for r in bs.get("requires", [])] if isinstance(bs, dict) else []
-    backend = str(bs.get("build-backend", "setuptools.build_meta:__legacy__")
-                  ) if isinstance(bs, dict) else "setuptools.build_meta:__legacy__"
+    backend = (
+        str(bs.get("build-backend", "setuptools.build_meta:__legacy__"))
+        if isinstance(bs, dict)
+        else "setuptools.build_meta:__legacy__"
+    )
     if not packages:
         raise RigError(f"find packages in {repo / 'pyproject.toml'} [tool.setuptools]: none")
     env = build_env(requires)

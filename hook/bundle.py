@@ -34,8 +34,10 @@ class Bundle:
         root = doc.get("root")
         root_path = root.get("path") if isinstance(root, dict) else None
         if not isinstance(root_path, str) or not root_path:
-            raise JobnsError(f"read {where}: root.path is missing or not a string; the bundle "
-                             "must name its root file system")
+            raise JobnsError(
+                f"read {where}: root.path is missing or not a string; the bundle "
+                "must name its root file system"
+            )
         self.rootfs = rootfs_path(path, root_path)
         process = doc.get("process")
         process = process if isinstance(process, dict) else {}
@@ -103,11 +105,14 @@ def host_ids(doc: dict[str, object], uid: int, gid: int, where: str) -> tuple[in
     if not isinstance(linux, dict):
         return uid, gid
     spaces = linux.get("namespaces")
-    if not isinstance(spaces, list) or not any(isinstance(n, dict) and n.get("type") == "user"
-                                               for n in spaces):
+    if not isinstance(spaces, list) or not any(
+        isinstance(n, dict) and n.get("type") == "user" for n in spaces
+    ):
         return uid, gid
-    return (_map(linux.get("uidMappings"), uid, f"{where}: linux.uidMappings"),
-            _map(linux.get("gidMappings"), gid, f"{where}: linux.gidMappings"))
+    return (
+        _map(linux.get("uidMappings"), uid, f"{where}: linux.uidMappings"),
+        _map(linux.get("gidMappings"), gid, f"{where}: linux.gidMappings"),
+    )
 
 
 def live_host_ids(pid: int, uid: int, gid: int) -> tuple[int, int]:
@@ -118,9 +123,11 @@ def live_host_ids(pid: int, uid: int, gid: int) -> tuple[int, int]:
         theirs = os.stat(f"{where}/ns/user")
         mine = os.stat("/proc/self/ns/user")
     except OSError as e:
-        raise JobnsError(f"read {where}/ns/user (the container's init): {e.strerror}; the "
-                         "state's pid is not a live process (run jobns as a createRuntime "
-                         "hook)") from None
+        raise JobnsError(
+            f"read {where}/ns/user (the container's init): {e.strerror}; the "
+            "state's pid is not a live process (run jobns as a createRuntime "
+            "hook)"
+        ) from None
     if (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino):
         return uid, gid  # no user namespace of its own: its ids are ours
     return (_map_live(f"{where}/uid_map", uid, "uid"), _map_live(f"{where}/gid_map", gid, "gid"))
@@ -140,9 +147,11 @@ def _map_live(path: str, cid: int, what: str) -> int:
             c, h, n = (int(x) for x in fields)
             if c <= cid < c + n:
                 return h + cid - c
-    raise JobnsError(f"read {path}: the container's {what} {cid} (process.user) is not mapped "
-                     f"to the host; map it (linux.{what}Mappings) or run the container as a "
-                     f"mapped {what}")
+    raise JobnsError(
+        f"read {path}: the container's {what} {cid} (process.user) is not mapped "
+        f"to the host; map it (linux.{what}Mappings) or run the container as a "
+        f"mapped {what}"
+    )
 
 
 def _map(mappings: object, cid: int, where: str) -> int:
@@ -154,16 +163,20 @@ def _map(mappings: object, cid: int, where: str) -> int:
             assert isinstance(c, int) and isinstance(h, int) and isinstance(n, int)
             if c <= cid < c + n:
                 return h + cid - c
-    raise JobnsError(f"read {where}: container id {cid} of process.user is not mapped; "
-                     "map it to the job user's host id")
+    raise JobnsError(
+        f"read {where}: container id {cid} of process.user is not mapped; "
+        "map it to the job user's host id"
+    )
 
 
 def _open_dir(path: str) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise JobnsError(f"open bundle {path}: {e.strerror}; the runtime's state names a "
-                         "bundle that is not there (removed already?)") from None
+        raise JobnsError(
+            f"open bundle {path}: {e.strerror}; the runtime's state names a "
+            "bundle that is not there (removed already?)"
+        ) from None
 
 
 def read_doc(path: str) -> dict[str, object]:
@@ -174,12 +187,13 @@ def read_doc(path: str) -> dict[str, object]:
     where = f"{path}/{CONFIG}"
     dfd = _open_dir(path)
     try:
-        fd = os.open(CONFIG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     dir_fd=dfd)
+        fd = os.open(CONFIG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise JobnsError(f"read {where}: it is a symbolic link; jobns (root) reads only "
-                             "a regular config.json: copy the file into the bundle") from None
+            raise JobnsError(
+                f"read {where}: it is a symbolic link; jobns (root) reads only "
+                "a regular config.json: copy the file into the bundle"
+            ) from None
         raise JobnsError(f"read {where}: {e.strerror}; is {path} an OCI bundle?") from None
     finally:
         os.close(dfd)
@@ -222,14 +236,18 @@ def write_doc(path: str, doc: dict[str, object]) -> None:
     try:
         try:
             old = os.stat(CONFIG, dir_fd=dfd, follow_symlinks=False)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=dfd)
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dfd,
+            )
         except OSError as e:
             raise JobnsError(f"write {where}: {e.strerror}") from None
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if os.geteuid() == 0:
                 os.fchown(fd, old.st_uid, old.st_gid)
             os.fchmod(fd, stat.S_IMODE(old.st_mode))

@@ -102,8 +102,9 @@ class Pending:
 
     __slots__ = ("dir_fd", "fd", "job_id", "name", "path", "state_dir", "tmp")
 
-    def __init__(self, state_dir: str, job_id: str, dir_fd: int, fd: int, tmp: str, name: str,
-                 path: str) -> None:
+    def __init__(
+        self, state_dir: str, job_id: str, dir_fd: int, fd: int, tmp: str, name: str, path: str
+    ) -> None:
         self.state_dir = state_dir
         self.job_id = job_id
         self.dir_fd = dir_fd
@@ -141,8 +142,10 @@ class Pending:
         # tests look for) from its first instant.
         mine = _set_comm(b"jobns-holder")
         try:
-            child = spawn(lambda: _holder(pidfd, self.fd, self.path, self.state_dir,
-                                          self.job_id, handles), keep=keep)
+            child = spawn(
+                lambda: _holder(pidfd, self.fd, self.path, self.state_dir, self.job_id, handles),
+                keep=keep,
+            )
         except OSError as e:
             os.unlink(self.name, dir_fd=self.dir_fd)
             raise JobnsError(f"start the holder of {self.path}: {e.strerror}") from None
@@ -168,8 +171,9 @@ def live(state_dir: str, job_id: str, cid: str) -> dict[str, str] | None:
     """The hold of this container if its holder still runs (None: no hold, or a stale one
     the next hold replaces)."""
     try:
-        fd = os.open(f"{holds_dir(state_dir)}/{job_id}/{cid}",
-                     os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(
+            f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
@@ -185,14 +189,17 @@ def live(state_dir: str, job_id: str, cid: str) -> dict[str, str] | None:
 def wait_gone(state_dir: str, job_id: str, cid: str) -> None:
     """Wait for the holder of an earlier container with this id (it is finishing)."""
     try:
-        fd = os.open(f"{holds_dir(state_dir)}/{job_id}/{cid}",
-                     os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(
+            f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
     except FileNotFoundError:
         return
     try:
         if not wait_lock(fd, WAIT):
-            raise JobnsError(f"container {cid}: an earlier container with this id still holds "
-                             f"job {job_id} after {WAIT:.0f} s; use another container id")
+            raise JobnsError(
+                f"container {cid}: an earlier container with this id still holds "
+                f"job {job_id} after {WAIT:.0f} s; use another container id"
+            )
     finally:
         os.close(fd)
 
@@ -200,9 +207,17 @@ def wait_gone(state_dir: str, job_id: str, cid: str) -> None:
 def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pending:
     if "\n" in bundle:
         raise JobnsError(f"container {cid}: its bundle path has a newline; rename it")
-    info = {"version": VERSION, "job_id": job.job_id, "container": cid, "bundle": bundle,
-            "pid": str(pid), "uid": str(job.user.uid), "gid": str(job.user.gid),
-            "layout": job.layout, "no_rm": "1" if job.no_rm else ""}
+    info = {
+        "version": VERSION,
+        "job_id": job.job_id,
+        "container": cid,
+        "bundle": bundle,
+        "pid": str(pid),
+        "uid": str(job.user.uid),
+        "gid": str(job.user.gid),
+        "layout": job.layout,
+        "no_rm": "1" if job.no_rm else "",
+    }
     body = "".join(f"{k}={v}\n" for k, v in info.items()).encode()
     state_fd = os.open(state_dir, O_DIR)
     try:
@@ -216,8 +231,12 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
     tmp = f".{cid}.tmp-{os.getpid()}"
     path = f"{holds_dir(state_dir)}/{job.job_id}/{cid}"
     try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600, dir_fd=dir_fd)
+        fd = os.open(
+            tmp,
+            os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
         fcntl.flock(fd, fcntl.LOCK_EX)  # nobody else knows the name yet: never blocks
         os.write(fd, body)
     except OSError as e:
@@ -226,8 +245,9 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
     return Pending(state_dir, job.job_id, dir_fd, fd, tmp, cid, path)
 
 
-def _holder(pidfd: int, hold_fd: int, path: str, state_dir: str, job_id: str,
-            handles: list[TreeHandle]) -> None:
+def _holder(
+    pidfd: int, hold_fd: int, path: str, state_dir: str, job_id: str, handles: list[TreeHandle]
+) -> None:
     """The holder: a detached process standing for the container as a task of the job."""
     import select
 
@@ -261,8 +281,9 @@ def find(state_dir: str, cid: str, bundle: str) -> list[str]:
     found = []
     for job_id in jobs:
         try:
-            fd = os.open(f"{holds_dir(state_dir)}/{job_id}/{cid}",
-                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(
+                f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
         except OSError:
             continue
         try:
@@ -285,8 +306,10 @@ def release(state_dir: str, job_id: str, cid: str, config: Config) -> list[str]:
         return [f"open hold {path}: {e.strerror}"]
     try:
         if not wait_lock(fd, WAIT):
-            return [f"hold {path}: its holder still runs after {WAIT:.0f} s (removing a large "
-                    "tree?); it removes the job's directories itself when done"]
+            return [
+                f"hold {path}: its holder still runs after {WAIT:.0f} s (removing a large "
+                "tree?); it removes the job's directories itself when done"
+            ]
         if os.fstat(fd).st_nlink == 0:
             return []  # the holder finished and retired the hold
         # The holder was killed, or could not remove everything: do it (again) here.
@@ -308,8 +331,9 @@ def retire(state_dir: str, job_id: str, path: str, fd: int) -> None:
                 os.unlink(path)
         except FileNotFoundError:
             pass
-        if unused(state_dir, job_id) and \
-                not os.path.exists(f"{state.job_dir(state_dir, job_id)}/{state.STATE}"):
+        if unused(state_dir, job_id) and not os.path.exists(
+            f"{state.job_dir(state_dir, job_id)}/{state.STATE}"
+        ):
             lock.release_and_remove()
 
 

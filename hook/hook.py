@@ -39,18 +39,22 @@ if TYPE_CHECKING:
 
 def main(opts: Options, command: list[str]) -> int:
     if len(command) > 1:
-        raise JobnsError(f"hook: one STAGE at most, not {' '.join(command)!r} (usage: "
-                         "jobns hook [createRuntime|prestart|poststop] < STATE)")
+        raise JobnsError(
+            f"hook: one STAGE at most, not {' '.join(command)!r} (usage: "
+            "jobns hook [createRuntime|prestart|poststop] < STATE)"
+        )
     if os.geteuid() != 0:
-        raise JobnsError("jobns hook must run as root (rootful runc, crun and Podman run hooks "
-                         "as root); for rootless containers use a prolog (jobns setup) and "
-                         "jobns oci-config")
+        raise JobnsError(
+            "jobns hook must run as root (rootful runc, crun and Podman run hooks "
+            "as root); for rootless containers use a prolog (jobns setup) and "
+            "jobns oci-config"
+        )
     st = oci.parse(oci.read_stdin())
     stage = oci.stage_for(command[0] if command else None, st.status)
-    config = config_mod.load(str(opts["config"]) if opts.get("config") else None,
-                             dict(os.environ))
-    cid = safe_component(st.id, "container id", "name the container with letters, digits, "
-                         "'.', '_', '-'")
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, dict(os.environ))
+    cid = safe_component(
+        st.id, "container id", "name the container with letters, digits, '.', '_', '-'"
+    )
     if stage == oci.POSTSTOP:
         poststop(config, st.bundle, cid)
     else:
@@ -67,8 +71,10 @@ def create(config: Config, st: oci.OciState, cid: str, set_up: str | None = None
     from launcher import state
 
     if st.pid <= 0:
-        raise JobnsError(f"createRuntime hook of container {cid}: the OCI state has no pid; "
-                         "run jobns as a createRuntime or prestart hook")
+        raise JobnsError(
+            f"createRuntime hook of container {cid}: the OCI state has no pid; "
+            "run jobns as a createRuntime or prestart hook"
+        )
     b = bundle_mod.load(st.bundle)
     who = f"container {cid}"
     # Who the container runs as on the host (its init's user namespace, live): a job id
@@ -84,8 +90,9 @@ def create(config: Config, st: oci.OciState, cid: str, set_up: str | None = None
     try:
         pidfd = os.pidfd_open(st.pid)
     except OSError as e:
-        raise JobnsError(f"createRuntime hook of container {cid}: pid {st.pid}: "
-                         f"{e.strerror}") from None
+        raise JobnsError(
+            f"createRuntime hook of container {cid}: pid {st.pid}: {e.strerror}"
+        ) from None
     try:
         ns_fd = mounts.open_namespace(st.pid, cid)
         try:
@@ -97,17 +104,28 @@ def create(config: Config, st: oci.OciState, cid: str, set_up: str | None = None
                 holds.wait_gone(config.state_dir, job.job_id, cid)
                 held = None
             with state.JobLock(config.state_dir, job.job_id) as lock:
-                _create_locked(config, st, cid, job, named, ids[0], b, pidfd, ns_fd, lock,
-                               held is not None)
+                _create_locked(
+                    config, st, cid, job, named, ids[0], b, pidfd, ns_fd, lock, held is not None
+                )
         finally:
             os.close(ns_fd)
     finally:
         os.close(pidfd)
 
 
-def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: str,
-                   container_uid: int, b: Bundle, pidfd: int, ns_fd: int, lock: JobLock,
-                   held: bool) -> None:
+def _create_locked(
+    config: Config,
+    st: oci.OciState,
+    cid: str,
+    job: Job,
+    named: str,
+    container_uid: int,
+    b: Bundle,
+    pidfd: int,
+    ns_fd: int,
+    lock: JobLock,
+    held: bool,
+) -> None:
     from hook import mounts
     from launcher.plan import build
 
@@ -152,8 +170,9 @@ def _create_locked(config: Config, st: oci.OciState, cid: str, job: Job, named: 
         h.close()  # the holder has its own copies (and with them the share locks)
 
 
-def check_set_up(config: Config, st: oci.OciState, cid: str, job_id: str, b: Bundle,
-                 container_uid: int) -> None:
+def check_set_up(
+    config: Config, st: oci.OciState, cid: str, job_id: str, b: Bundle, container_uid: int
+) -> None:
     """createRuntime for a job named by --job-id (its CDI spec's hook): the job must be
     set up here and owned by the container's user; its trees are bound where the runtime
     did not bind them (or bound something else: a tree renamed and replaced by a link
@@ -164,12 +183,16 @@ def check_set_up(config: Config, st: oci.OciState, cid: str, job_id: str, b: Bun
     job_id = safe_component(job_id, "--job-id", "name a job jobns setup prepared")
     who = f"container {cid}"
     if st.pid <= 0:
-        raise JobnsError(f"createRuntime hook of container {cid}: the OCI state has no pid; "
-                         "run jobns as a createRuntime or prestart hook")
+        raise JobnsError(
+            f"createRuntime hook of container {cid}: the OCI state has no pid; "
+            "run jobns as a createRuntime or prestart hook"
+        )
     record = recorded(config.state_dir, job_id)
     if record is None:
-        raise JobnsError(f"{who}: job {job_id} is not set up on this node (no jobns setup, or "
-                         "it was torn down); start the container inside the job")
+        raise JobnsError(
+            f"{who}: job {job_id} is not set up on this node (no jobns setup, or "
+            "it was torn down); start the container inside the job"
+        )
     owner = User(record.user_name, record.uid, record.gid, (record.gid,), "/")
     identity.check_owner(who, container_uid, job_id, owner)
     from launcher.record import job_of
@@ -219,8 +242,9 @@ def recorded(state_dir: str, job_id: str) -> Record | None:
     return records.load(state_dir, job_id)
 
 
-def recorded_plan(config: Config, job: Job, named: str, who: str, record: Record,
-                  container_uid: int) -> Plan:
+def recorded_plan(
+    config: Config, job: Job, named: str, who: str, record: Record, container_uid: int
+) -> Plan:
     """The plan of a job a prolog set up: its recorded trees and owner, who must be the
     container's (host) user, container_uid. `who` (the container or bundle) is for
     messages; `named`: what named the job user (checked against the container's user by
@@ -230,19 +254,25 @@ def recorded_plan(config: Config, job: Job, named: str, who: str, record: Record
     from launcher.record import job_of, plan_of
 
     if record.state != "running":
-        raise JobnsError(f"{who}: job {job.job_id} is {record.state} on this node "
-                         "(its prolog did not finish, or its epilog runs); wait, or clean it "
-                         f"up with jobns teardown --job-id {job.job_id}")
+        raise JobnsError(
+            f"{who}: job {job.job_id} is {record.state} on this node "
+            "(its prolog did not finish, or its epilog runs); wait, or clean it "
+            f"up with jobns teardown --job-id {job.job_id}"
+        )
     owner = User(record.user_name, record.uid, record.gid, (record.gid,), "/")
     identity.check_owner(who, container_uid, job.job_id, owner)
     if named and job.user.uid != record.uid:  # (implied by the two checks; kept as a guard)
-        raise JobnsError(f"{who}: job {job.job_id} was set up for uid {record.uid}, not for "
-                         f"{job.user.name} (uid {job.user.uid}); fix {named}")
+        raise JobnsError(
+            f"{who}: job {job.job_id} was set up for uid {record.uid}, not for "
+            f"{job.user.name} (uid {job.user.uid}); fix {named}"
+        )
     # The record is the truth about where the trees are, even if the config changed since.
     plan = plan_of(config, record, job_of(record, owner))
     if len(plan.trees) != 2:
-        raise JobnsError(f"read job state of {job.job_id}: {len(plan.trees)} trees recorded, "
-                         "expected 2 (jobns teardown, then setup)")
+        raise JobnsError(
+            f"read job state of {job.job_id}: {len(plan.trees)} trees recorded, "
+            "expected 2 (jobns teardown, then setup)"
+        )
     return plan
 
 
@@ -266,12 +296,19 @@ def check_trees_owner(who: str, container_uid: int, job_id: str, plan: Plan) -> 
             if not stat.S_ISDIR(st.st_mode):
                 break
             if st.st_uid != container_uid:
-                identity.check_owner(who, container_uid, job_id,
-                                     identity.by_ids(st.st_uid, st.st_gid))
+                identity.check_owner(
+                    who, container_uid, job_id, identity.by_ids(st.st_uid, st.st_gid)
+                )
 
 
-def acquire_all(plan: Plan, uid: int, gid: int, create: bool, lock: bool,
-                adopted: Callable[[], bool] | None = None) -> list[TreeHandle]:
+def acquire_all(
+    plan: Plan,
+    uid: int,
+    gid: int,
+    create: bool,
+    lock: bool,
+    adopted: Callable[[], bool] | None = None,
+) -> list[TreeHandle]:
     from launcher import fs
 
     handles: list[TreeHandle] = []

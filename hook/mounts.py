@@ -58,32 +58,40 @@ def open_namespace(pid: int, cid: str) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise JobnsError(f"open {path} (container {cid}): {e.strerror}; the state's pid is "
-                         "not a live process (run jobns as a createRuntime hook)") from None
+        raise JobnsError(
+            f"open {path} (container {cid}): {e.strerror}; the state's pid is "
+            "not a live process (run jobns as a createRuntime hook)"
+        ) from None
     theirs = os.fstat(fd)
     mine = os.stat("/proc/self/ns/mnt")
     if (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino):
         os.close(fd)
-        raise JobnsError(f"container {cid} shares the host's mount namespace: jobns would bind "
-                         "over the host's /tmp; give the container a mount namespace "
-                         "(linux.namespaces: mount)")
+        raise JobnsError(
+            f"container {cid} shares the host's mount namespace: jobns would bind "
+            "over the host's /tmp; give the container a mount namespace "
+            "(linux.namespaces: mount)"
+        )
     return fd
 
 
-def apply(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeHandle]
-          ) -> None:
+def apply(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeHandle]) -> None:
     """Make plan.binds under rootfs inside the namespace; JobnsError if anything failed
     (then mount points the child made are removed again)."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
     # launcher.fork: the child holds only the namespace fd (not the hook's JobLock, not
     # runc's stdout) and reports once.
-    child = spawn(lambda: _child(ns_fd, ns_path, rootfs, plan, handles, expected),
-                  keep=(ns_fd,))
+    child = spawn(lambda: _child(ns_fd, ns_path, rootfs, plan, handles, expected), keep=(ns_fd,))
     child.finish("bind into the container")
 
 
-def _child(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeHandle],
-           expected: list[tuple[int, int]]) -> None:
+def _child(
+    ns_fd: int,
+    ns_path: str,
+    rootfs: str,
+    plan: Plan,
+    handles: list[TreeHandle],
+    expected: list[tuple[int, int]],
+) -> None:
     # Everything used here is imported already: after setns, imports would read the
     # container's view of the file system.
     made: list[tuple[int, str, str]] = []
@@ -93,19 +101,18 @@ def _child(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[Tree
         try:
             libc.setns(ns_fd, libc.CLONE_NEWNS, ns_path)
         except OSError as e:
-            raise JobnsError(f"enter the container's mount namespace {ns_path}: "
-                             f"{e.strerror}") from None
+            raise JobnsError(
+                f"enter the container's mount namespace {ns_path}: {e.strerror}"
+            ) from None
         root_fd = rootfs_mod.open_root(rootfs)
-        targets = {id(b): rootfs_mod.resolve(root_fd, rootfs, b.target, made)
-                   for b in plan.binds}
+        targets = {id(b): rootfs_mod.resolve(root_fd, rootfs, b.target, made) for b in plan.binds}
         for b, ident in zip(plan.binds, expected, strict=True):
             target = targets[id(b)]
             if (os.fstat(target.fd).st_dev, os.fstat(target.fd).st_ino) != ident:
                 not_shared(target)  # all checked before the first bind
         paused = [os.environ.get(PAUSE_VAR) != PAUSE_POINT]
 
-        def bind_one(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]
-                     ) -> None:
+        def bind_one(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> None:
             st = os.fstat(target.fd)
             if (st.st_dev, st.st_ino) == ident:
                 return  # already there: the runtime bound it (jobns oci-config) or we did
@@ -154,7 +161,8 @@ def not_shared(target: Target) -> None:
                         "other mount namespaces of that group (the host's) and outlive the "
                         "container; give the container private or slave root propagation "
                         "(linux.rootfsPropagation; Podman makes it shared for an rshared "
-                        "volume)")
+                        "volume)"
+                    )
                 return
 
 
@@ -176,15 +184,20 @@ def bind(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> 
     top = -1
     try:
         try:
-            top = os.open(target.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=target.parent_fd)
+            top = os.open(
+                target.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=target.parent_fd
+            )
         except OSError as e:
-            raise JobnsError(f"bind {src_path} over {target.path}: {e.strerror} (the mount "
-                             "point was removed while binding?); refusing") from None
+            raise JobnsError(
+                f"bind {src_path} over {target.path}: {e.strerror} (the mount "
+                "point was removed while binding?); refusing"
+            ) from None
         st = os.fstat(top)
         if (st.st_dev, st.st_ino) != ident:
-            raise JobnsError(f"bind {src_path} over {target.path}: the mount point was "
-                             "replaced while binding; refusing")
+            raise JobnsError(
+                f"bind {src_path} over {target.path}: the mount point was "
+                "replaced while binding; refusing"
+            )
         flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV
         vfs = os.fstatvfs(top)
         for st_bit, ms_bit in _KEEP:

@@ -49,8 +49,9 @@ MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
 
 def main(opts: Options, command: list[str]) -> int:
     if len(command) != 1:
-        raise JobnsError("oci-config: expected one BUNDLE directory (usage: jobns "
-                         "oci-config [OPTIONS] BUNDLE)")
+        raise JobnsError(
+            "oci-config: expected one BUNDLE directory (usage: jobns oci-config [OPTIONS] BUNDLE)"
+        )
     path = os.path.abspath(command[0])
     b = bundle_mod.load(path)
     environ = dict(os.environ)
@@ -61,8 +62,10 @@ def main(opts: Options, command: list[str]) -> int:
     ids = b.process_ids()
     job, named = identity.job_of(b.annotations, b, None, opts, pmix=True, ids=ids)
     if os.geteuid() != 0 and job.user.uid != os.geteuid():
-        raise JobnsError(f"oci-config: the job user is {job.user.name} (uid "
-                         f"{job.user.uid}); only root may prepare a bundle for another user")
+        raise JobnsError(
+            f"oci-config: the job user is {job.user.name} (uid "
+            f"{job.user.uid}); only root may prepare a bundle for another user"
+        )
     identity.check_named(who, ids[0], job.user, named)
     record = recorded(config.state_dir, job.job_id)
     if record:
@@ -74,8 +77,9 @@ def main(opts: Options, command: list[str]) -> int:
     # these targets, so none may have a link (or a non-directory) on its way.
     rootfs.check(b.rootfs, [bind.target for bind in plan.binds])
     hooks = None if record else hook_entries(jobns_program(), config_file(config_flag, environ))
-    new = rewrite(b.doc, binds_of(plan), job_environment(config, job), annotations_of(job, named),
-                  hooks)
+    new = rewrite(
+        b.doc, binds_of(plan), job_environment(config, job), annotations_of(job, named), hooks
+    )
     if opts.get("dry_run"):
         import json
 
@@ -96,8 +100,9 @@ def main(opts: Options, command: list[str]) -> int:
 
 def binds_of(plan: Plan) -> list[tuple[str, str]]:
     """(target inside the container, host source) of each bind, in the plan's order."""
-    return [(b.target, plan.trees[b.tree].path + (f"/{b.child}" if b.child else ""))
-            for b in plan.binds]
+    return [
+        (b.target, plan.trees[b.tree].path + (f"/{b.child}" if b.child else "")) for b in plan.binds
+    ]
 
 
 def annotations_of(job: Job, named: str) -> dict[str, str]:
@@ -115,8 +120,10 @@ def jobns_program() -> str:
     """The jobns console script of this installation (next to its interpreter)."""
     path = os.path.join(os.path.dirname(sys.executable), "jobns")
     if not os.access(path, os.X_OK):
-        raise JobnsError(f"oci-config: no executable {path} to name as the hook; install "
-                         "jobns into a virtual environment (ci/install-python)")
+        raise JobnsError(
+            f"oci-config: no executable {path} to name as the hook; install "
+            "jobns into a virtual environment (ci/install-python)"
+        )
     return path
 
 
@@ -130,13 +137,16 @@ def hook_entries(program: str, config: str | None) -> dict[str, dict[str, object
     opts = ["--config", config] if config else []
     # createRuntime only: the holder it forks notices the container's exit itself, so a
     # poststop hook (a second Python start per container) is not needed.
-    return {"createRuntime": {"path": program, "args": ["jobns", "hook", *opts,
-                                                        "createRuntime"]}}
+    return {"createRuntime": {"path": program, "args": ["jobns", "hook", *opts, "createRuntime"]}}
 
 
-def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str, str],
-            annotations: dict[str, str], hooks: dict[str, dict[str, object]] | None
-            ) -> dict[str, object]:
+def rewrite(
+    doc: dict[str, object],
+    binds: list[tuple[str, str]],
+    env: dict[str, str],
+    annotations: dict[str, str],
+    hooks: dict[str, dict[str, object]] | None,
+) -> dict[str, object]:
     """PURE: config.json with the job's mounts, environment, annotations and hooks."""
     import copy
 
@@ -152,12 +162,17 @@ def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str,
 
     mounts = [m for m in old_mounts if dest(m) not in targets]
     for target, source in binds:
-        entry: dict[str, object] = {"destination": target, "type": "bind", "source": source,
-                                    "options": list(MOUNT_OPTIONS)}
+        entry: dict[str, object] = {
+            "destination": target,
+            "type": "bind",
+            "source": source,
+            "options": list(MOUNT_OPTIONS),
+        }
         # A mount beneath the target (say /tmp/.X11-unix) must come after ours, or ours
         # would hide it.
-        at = next((i for i, m in enumerate(mounts) if dest(m).startswith(target + "/")),
-                  len(mounts))
+        at = next(
+            (i for i, m in enumerate(mounts) if dest(m).startswith(target + "/")), len(mounts)
+        )
         mounts.insert(at, entry)
     new["mounts"] = mounts
 
@@ -166,8 +181,9 @@ def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str,
         raise JobnsError("read config.json: process is not an object; fix the bundle")
     old_env = process.get("env") or []  # null: no variables (as Bundle reads it)
     assert isinstance(old_env, list)  # checked by Bundle
-    process["env"] = [e for e in old_env if str(e).partition("=")[0] not in env] + \
-        [f"{k}={v}" for k, v in env.items()]
+    process["env"] = [e for e in old_env if str(e).partition("=")[0] not in env] + [
+        f"{k}={v}" for k, v in env.items()
+    ]
 
     ann = new.setdefault("annotations", {})
     if not isinstance(ann, dict):
@@ -181,8 +197,7 @@ def rewrite(doc: dict[str, object], binds: list[tuple[str, str]], env: dict[str,
         for stage, entry in hooks.items():
             stage_hooks = all_hooks.setdefault(stage, [])
             if not isinstance(stage_hooks, list):
-                raise JobnsError(f"read config.json: hooks.{stage} is not a list; fix the "
-                                 "bundle")
+                raise JobnsError(f"read config.json: hooks.{stage} is not a list; fix the bundle")
             if entry not in stage_hooks:
                 stage_hooks.append(entry)
     return new

@@ -73,9 +73,11 @@ def open_root(path: str) -> int:
             try:
                 nfd = os.open(name, O_PATH, dir_fd=fd)
             except OSError as e:
-                raise JobnsError(f"open the container's root file system {path}: {at}: "
-                                 f"{e.strerror}; check root.path in the bundle's "
-                                 "config.json") from None
+                raise JobnsError(
+                    f"open the container's root file system {path}: {at}: "
+                    f"{e.strerror}; check root.path in the bundle's "
+                    "config.json"
+                ) from None
             st = os.fstat(nfd)
             if stat.S_ISDIR(st.st_mode):
                 os.close(fd)
@@ -83,19 +85,25 @@ def open_root(path: str) -> int:
                 continue
             try:
                 if not stat.S_ISLNK(st.st_mode):
-                    raise JobnsError(f"open the container's root file system {path}: {at} is "
-                                     "not a directory; check root.path in the bundle's "
-                                     "config.json")
+                    raise JobnsError(
+                        f"open the container's root file system {path}: {at} is "
+                        "not a directory; check root.path in the bundle's "
+                        "config.json"
+                    )
                 if st.st_uid not in trusted:
-                    raise JobnsError(f"refuse the container's root file system {path}: {at}: "
-                                     f"it is a symbolic link owned by uid {st.st_uid}; jobns "
-                                     "(root) follows only root's links on the way to a "
-                                     "rootfs: name the real directory in root.path and the "
-                                     "bundle path")
+                    raise JobnsError(
+                        f"refuse the container's root file system {path}: {at}: "
+                        f"it is a symbolic link owned by uid {st.st_uid}; jobns "
+                        "(root) follows only root's links on the way to a "
+                        "rootfs: name the real directory in root.path and the "
+                        "bundle path"
+                    )
                 links += 1
                 if links > MAX_LINKS:
-                    raise JobnsError(f"open the container's root file system {path}: too "
-                                     "many levels of symbolic links")
+                    raise JobnsError(
+                        f"open the container's root file system {path}: too "
+                        "many levels of symbolic links"
+                    )
                 # The link's own inode (the fd), not whatever the name points to by now.
                 dest = os.readlink("", dir_fd=nfd)
             finally:
@@ -117,11 +125,12 @@ def _refuse(parent_fd: int, name: str, path: str, st: os.stat_result) -> JobnsEr
             dest = os.readlink(name, dir_fd=parent_fd)
         except OSError:
             dest = "?"
-        return JobnsError(f"refuse {path}: it is a symbolic link (to {dest!r}) in the "
-                          "container image; jobns never mounts through a link inside a "
-                          "container: make it a real directory in the image")
-    return JobnsError(f"refuse {path}: it is not a directory in the container image; make it "
-                      "one")
+        return JobnsError(
+            f"refuse {path}: it is a symbolic link (to {dest!r}) in the "
+            "container image; jobns never mounts through a link inside a "
+            "container: make it a real directory in the image"
+        )
+    return JobnsError(f"refuse {path}: it is not a directory in the container image; make it one")
 
 
 def _step(parent: int, name: str, path: str) -> int | None:
@@ -140,8 +149,7 @@ def _step(parent: int, name: str, path: str) -> int | None:
     return fd
 
 
-def resolve(root_fd: int, rootfs: str, target: str, made: list[tuple[int, str, str]]
-            ) -> Target:
+def resolve(root_fd: int, rootfs: str, target: str, made: list[tuple[int, str, str]]) -> Target:
     """Open target ("/tmp", "/var/tmp", "/dev/shm") under the rootfs without following any
     link; make what is missing, appending (parent fd, name, path) of each to made."""
     parts = target.strip("/").split("/")
@@ -149,7 +157,7 @@ def resolve(root_fd: int, rootfs: str, target: str, made: list[tuple[int, str, s
     parent = -1
     try:
         for i, name in enumerate(parts):
-            rel = "/".join(parts[:i + 1])
+            rel = "/".join(parts[: i + 1])
             path = f"{rootfs}/{rel}"
             if parent >= 0:
                 os.close(parent)
@@ -159,14 +167,17 @@ def resolve(root_fd: int, rootfs: str, target: str, made: list[tuple[int, str, s
                 try:
                     os.mkdir(name, MODES.get(rel, DEFAULT_MODE), dir_fd=parent)
                 except OSError as e:
-                    raise JobnsError(f"create mount point {path}: {e.strerror}; add the "
-                                     "directory to the container image") from None
+                    raise JobnsError(
+                        f"create mount point {path}: {e.strerror}; add the "
+                        "directory to the container image"
+                    ) from None
                 made.append((os.dup(parent), name, path))
                 # Opened again like any other: swapped for a link meanwhile, it is refused.
                 found = _step(parent, name, path)
                 if found is None:
-                    raise JobnsError(f"create mount point {path}: it vanished while being "
-                                     "made; refusing")
+                    raise JobnsError(
+                        f"create mount point {path}: it vanished while being made; refusing"
+                    )
             fd = found
     except BaseException:
         for x in (fd, parent):
@@ -187,7 +198,7 @@ def check(rootfs: str, targets: list[str]) -> None:
             fd = os.dup(root_fd)
             try:
                 for i, name in enumerate(parts):
-                    found = _step(fd, name, f"{rootfs}/{'/'.join(parts[:i + 1])}")
+                    found = _step(fd, name, f"{rootfs}/{'/'.join(parts[: i + 1])}")
                     if found is None:
                         break
                     os.close(fd)

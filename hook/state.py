@@ -33,19 +33,27 @@ NOT_HERE = {
 }
 FROM_STATUS = {"creating": CREATE, "created": CREATE, "stopped": POSTSTOP}
 MAX_STATE = 1 << 20
-FIX = "jobns hook is run by an OCI runtime with the container state on stdin " \
-      "(see README 'OCI hook')"
+FIX = (
+    "jobns hook is run by an OCI runtime with the container state on stdin (see README 'OCI hook')"
+)
 
 
 class OciState:
     __slots__ = ("annotations", "bundle", "id", "pid", "status", "version")
 
-    def __init__(self, version: str, cid: str, status: str, pid: int, bundle: str,
-                 annotations: dict[str, str]) -> None:
+    def __init__(
+        self,
+        version: str,
+        cid: str,
+        status: str,
+        pid: int,
+        bundle: str,
+        annotations: dict[str, str],
+    ) -> None:
         self.version = version
         self.id = cid
         self.status = status
-        self.pid = pid              # host pid of the container's init; 0 when stopped
+        self.pid = pid  # host pid of the container's init; 0 when stopped
         self.bundle = bundle
         self.annotations = annotations
 
@@ -78,8 +86,7 @@ def parse(data: bytes) -> OciState:
     except ValueError as e:
         raise JobnsError(f"read the OCI state on stdin: not JSON ({e}); {FIX}") from None
     if isinstance(doc, dict) and "bundle" not in doc and "bundlePath" not in doc:
-        raise JobnsError(f"read the OCI state on stdin: it names no bundle (nor bundlePath); "
-                         f"{FIX}")
+        raise JobnsError(f"read the OCI state on stdin: it names no bundle (nor bundlePath); {FIX}")
     problem = first_error(doc, SCHEMAS["oci-state.schema.json"])
     if problem is not None:
         raise JobnsError(f"read the OCI state on stdin: {problem}; {FIX}")
@@ -88,12 +95,20 @@ def parse(data: bytes) -> OciState:
     if not _clean_path(str(bundle)):
         # The container's name for a directory root opens, checks and names in messages:
         # a NUL, control character or lone surrogate is no bundle a runtime made.
-        raise JobnsError(f"read the OCI state on stdin: bundle {bundle!r} contains a NUL, a "
-                         f"control character or a lone surrogate; {FIX}")
+        raise JobnsError(
+            f"read the OCI state on stdin: bundle {bundle!r} contains a NUL, a "
+            f"control character or a lone surrogate; {FIX}"
+        )
     annotations = doc.get("annotations") or {}
     # int(): the schema's "integer" admits 1.0, as JSON Schema says.
-    return OciState(doc["ociVersion"], doc["id"], doc["status"], int(doc.get("pid", 0)),
-                    str(bundle), annotations)
+    return OciState(
+        doc["ociVersion"],
+        doc["id"],
+        doc["status"],
+        int(doc.get("pid", 0)),
+        str(bundle),
+        annotations,
+    )
 
 
 def _clean_path(path: str) -> bool:
@@ -113,13 +128,18 @@ def stage_for(arg: str | None, status: str) -> str:
         if arg in STAGES:
             return STAGES[arg]
         if arg in NOT_HERE:
-            raise JobnsError(f"hook stage {arg}: jobns cannot work there (it {NOT_HERE[arg]}); "
-                             "install jobns as a createRuntime (or prestart) hook and a "
-                             "poststop hook")
-        raise JobnsError(f"hook stage {arg!r}: unknown; expected createRuntime, prestart or "
-                         "poststop")
+            raise JobnsError(
+                f"hook stage {arg}: jobns cannot work there (it {NOT_HERE[arg]}); "
+                "install jobns as a createRuntime (or prestart) hook and a "
+                "poststop hook"
+            )
+        raise JobnsError(
+            f"hook stage {arg!r}: unknown; expected createRuntime, prestart or poststop"
+        )
     if status in FROM_STATUS:
         return FROM_STATUS[status]
-    raise JobnsError(f"hook: container status {status!r} belongs to no stage jobns works in "
-                     "(a poststart hook?); install jobns as a createRuntime and a poststop "
-                     "hook, or name the stage: jobns hook createRuntime|poststop")
+    raise JobnsError(
+        f"hook: container status {status!r} belongs to no stage jobns works in "
+        "(a poststart hook?); install jobns as a createRuntime and a poststop "
+        "hook, or name the stage: jobns hook createRuntime|poststop"
+    )

@@ -32,8 +32,13 @@ TREE_ROLE = {"shm": "shm", "tmp": "local"}
 
 
 def human(n: int) -> str:
-    for unit, size in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
-                       ("KiB", 1024)):
+    for unit, size in (
+        ("PiB", 1024**5),
+        ("TiB", 1024**4),
+        ("GiB", 1024**3),
+        ("MiB", 1024**2),
+        ("KiB", 1024),
+    ):
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
@@ -75,19 +80,28 @@ class Capacities:
             where = "/dev/shm" if role == "shm" else "/tmp and /var/tmp"
             if size is None:
                 out.append(f"# {role}: no capacity ({where} on the node's file system)")
-            elif role == "tmp" and config is not None and \
-                    config.capacity.get("tmp_backing") == "disk":
+            elif (
+                role == "tmp"
+                and config is not None
+                and config.capacity.get("tmp_backing") == "disk"
+            ):
                 # (launcher.diskimage's names; it imports this module, not the reverse)
                 base = str(config.capacity.get("scratch_base") or "/var/lib/jobns/scratch")
                 image = f"{base.rstrip('/')}/jobns-local-JOB.img"
-                out.append(f"image  {image}: sparse file of {size} bytes ({human(size)}), "
-                           f"{config.capacity.get('fs_type', 'ext4')} in it")
-                out.append(f"mount  it through a loop device (autoclear) on the {role} tree "
-                           f"({where}), owned by the job user, nosuid,nodev; teardown: "
-                           "shutdown, detach, unlink")
+                out.append(
+                    f"image  {image}: sparse file of {size} bytes ({human(size)}), "
+                    f"{config.capacity.get('fs_type', 'ext4')} in it"
+                )
+                out.append(
+                    f"mount  it through a loop device (autoclear) on the {role} tree "
+                    f"({where}), owned by the job user, nosuid,nodev; teardown: "
+                    "shutdown, detach, unlink"
+                )
             else:
-                out.append(f"mount  tmpfs size={size} ({human(size)}) on the {role} tree "
-                           f"({where}), mode 0700, owned by the job user, nosuid,nodev")
+                out.append(
+                    f"mount  tmpfs size={size} ({human(size)}) on the {role} tree "
+                    f"({where}), mode 0700, owned by the job user, nosuid,nodev"
+                )
         return out
 
 
@@ -98,7 +112,7 @@ def config_size(config: Config, key: str) -> int | None:
         return None
     where = f"read config {config.source or '(built-in)'}: [capacity] {key} = {value!r}"
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise JobnsError(f"{where}: expected a size such as \"4GiB\" or a number of bytes")
+        raise JobnsError(f'{where}: expected a size such as "4GiB" or a number of bytes')
     if isinstance(value, int):
         if value < 1:
             raise JobnsError(f"{where}: must be at least 1 byte")
@@ -111,7 +125,7 @@ def config_size(config: Config, key: str) -> int | None:
     except DirectiveError as e:
         raise JobnsError(f"{where}: {e.problem}") from None
     if isinstance(size, NodeCount):
-        raise JobnsError(f"{where}: a node count (N) is not a size; give e.g. \"4GiB\"")
+        raise JobnsError(f'{where}: a node count (N) is not a size; give e.g. "4GiB"')
     return size
 
 
@@ -119,22 +133,32 @@ def granularity(config: Config) -> int:
     return config_size(config, "granularity") or 1
 
 
-def plan(config: Config, directives: Directives | None, layout: str,
-         scheduler: dict[str, int] | None = None) -> Capacities:
+def plan(
+    config: Config,
+    directives: Directives | None,
+    layout: str,
+    scheduler: dict[str, int] | None = None,
+) -> Capacities:
     """The capacities of a job: its directives (already rounded by the parser with
     :func:`granularity`), else what it asked of the scheduler (launcher.jobsize: Slurm's
     --tmp, a fraction of its memory for shm), else the site defaults; checked against
     the site maxima (a shm size from the memory rule is capped at shm_max instead)."""
-    if directives is None and not scheduler and \
-            not any(config.capacity.get(f"{r}_default") for r in ROLES):
+    if (
+        directives is None
+        and not scheduler
+        and not any(config.capacity.get(f"{r}_default") for r in ROLES)
+    ):
         return Capacities()  # nothing asked, no site default: no limit (and no parser)
     from launcher.directives import DirectiveError, round_up
 
     gran = granularity(config)
     out = Capacities()
     for role in ROLES:
-        asked = None if directives is None else (
-            directives.shm_capacity if role == "shm" else directives.tmp_capacity)
+        asked = (
+            None
+            if directives is None
+            else (directives.shm_capacity if role == "shm" else directives.tmp_capacity)
+        )
         size = asked
         from_scheduler = size is None and bool(scheduler) and role in (scheduler or {})
         if from_scheduler and scheduler is not None:
@@ -148,17 +172,26 @@ def plan(config: Config, directives: Directives | None, layout: str,
         if limit is not None and size > limit and from_scheduler and role == "shm":
             size = limit  # the site's own memory rule: capped, never the job's fault
         if limit is not None and size > limit:
-            what = f"#{config.directive_word} {role} capacity" if asked is not None else \
-                "the job's --tmp request" if from_scheduler else f"[capacity] {role}_default"
-            raise DirectiveError(f"{what} is {size} bytes ({human(size)}), more than this "
-                                 f"site allows ({role}_max = {limit} bytes, {human(limit)}); "
-                                 "ask for less")
+            what = (
+                f"#{config.directive_word} {role} capacity"
+                if asked is not None
+                else "the job's --tmp request"
+                if from_scheduler
+                else f"[capacity] {role}_default"
+            )
+            raise DirectiveError(
+                f"{what} is {size} bytes ({human(size)}), more than this "
+                f"site allows ({role}_max = {limit} bytes, {human(limit)}); "
+                "ask for less"
+            )
         if role == "tmp" and layout != "local":
             if asked is None:
                 continue  # a site default or --tmp applies to node-local /tmp only
-            raise DirectiveError(f"#{config.directive_word} tmp capacity needs the local "
-                                 f"layout, not {layout!r}: a size limit makes /tmp a "
-                                 "node-local file system, which shared_tmpdir contradicts; "
-                                 "drop one of the two")
+            raise DirectiveError(
+                f"#{config.directive_word} tmp capacity needs the local "
+                f"layout, not {layout!r}: a size limit makes /tmp a "
+                "node-local file system, which shared_tmpdir contradicts; "
+                "drop one of the two"
+            )
         setattr(out, role, size)
     return out

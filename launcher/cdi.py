@@ -82,8 +82,12 @@ def settings(config: Config) -> CdiConfig | None:
 
 def device_name_ok(job_id: str) -> bool:
     """CDI device names: a letter or digit, then letters, digits, '_', '.', ':', '-'."""
-    return bool(job_id) and job_id[0].isascii() and job_id[0].isalnum() and \
-        all(c.isascii() and (c.isalnum() or c in "_.:-") for c in job_id)
+    return (
+        bool(job_id)
+        and job_id[0].isascii()
+        and job_id[0].isalnum()
+        and all(c.isascii() and (c.isalnum() or c in "_.:-") for c in job_id)
+    )
 
 
 def spec_name(job_id: str) -> str:
@@ -95,20 +99,36 @@ def device(job_id: str) -> str:
     return f"{KIND}={job_id}"
 
 
-def build(c: CdiConfig, job_id: str, binds: list[tuple[str, str]], env: dict[str, str],
-          hook: list[str] | None) -> dict[str, object]:
+def build(
+    c: CdiConfig,
+    job_id: str,
+    binds: list[tuple[str, str]],
+    env: dict[str, str],
+    hook: list[str] | None,
+) -> dict[str, object]:
     """PURE: the spec of one job. binds: (target in the container, host source); hook:
     the createRuntime hook's argv (its path is argv's first element), or None."""
     edits: dict[str, object] = {
         "env": [f"{k}={v}" for k, v in env.items()],
-        "mounts": [{"hostPath": src, "containerPath": target, "type": "bind",
-                    "options": list(MOUNT_OPTIONS)} for target, src in binds],
+        "mounts": [
+            {
+                "hostPath": src,
+                "containerPath": target,
+                "type": "bind",
+                "options": list(MOUNT_OPTIONS),
+            }
+            for target, src in binds
+        ],
     }
     if hook is not None:
-        edits["hooks"] = [{"hookName": "createRuntime", "path": hook[0],
-                           "args": ["jobns", *hook[1:]]}]
-    return {"cdiVersion": c.version, "kind": KIND,
-            "devices": [{"name": job_id, "containerEdits": edits}]}
+        edits["hooks"] = [
+            {"hookName": "createRuntime", "path": hook[0], "args": ["jobns", *hook[1:]]}
+        ]
+    return {
+        "cdiVersion": c.version,
+        "kind": KIND,
+        "devices": [{"name": job_id, "containerEdits": edits}],
+    }
 
 
 def verified_binds(plan: Plan, handles: list[TreeHandle]) -> list[tuple[str, str]]:
@@ -126,11 +146,15 @@ def verified_binds(plan: Plan, handles: list[TreeHandle]) -> list[tuple[str, str
         try:
             st = os.stat(src, follow_symlinks=False)
         except OSError as e:
-            raise UserError(f"write the CDI spec of the job: {src}: {e.strerror} (moved "
-                            "while setting up?); refusing") from None
+            raise UserError(
+                f"write the CDI spec of the job: {src}: {e.strerror} (moved "
+                "while setting up?); refusing"
+            ) from None
         if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != want:
-            raise UserError(f"write the CDI spec of the job: {src} is not the job's verified "
-                            "directory (replaced while setting up?); refusing")
+            raise UserError(
+                f"write the CDI spec of the job: {src} is not the job's verified "
+                "directory (replaced while setting up?); refusing"
+            )
         out.append((b.target, src))
     return out
 
@@ -144,20 +168,24 @@ def _open_dir(path: str, create: bool, check: bool = True) -> int | None:
         except FileExistsError:
             pass
         except OSError as e:
-            raise JobnsError(f"create CDI spec directory {path}: {e.strerror}; fix [cdi] dir "
-                             "in the config") from None
+            raise JobnsError(
+                f"create CDI spec directory {path}: {e.strerror}; fix [cdi] dir in the config"
+            ) from None
     try:
         fd = os.open(path, O_DIR)
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise JobnsError(f"open CDI spec directory {path}: {e.strerror}; fix [cdi] dir in the "
-                         "config") from None
+        raise JobnsError(
+            f"open CDI spec directory {path}: {e.strerror}; fix [cdi] dir in the config"
+        ) from None
     st = os.fstat(fd)
     if check and (st.st_uid != 0 or st.st_mode & 0o022):
         os.close(fd)
-        raise JobnsError(f"refuse CDI spec directory {path}: not owned by root or writable by "
-                         "others (anybody could define devices there); fix it or [cdi] dir")
+        raise JobnsError(
+            f"refuse CDI spec directory {path}: not owned by root or writable by "
+            "others (anybody could define devices there); fix it or [cdi] dir"
+        )
     return fd
 
 
@@ -166,8 +194,10 @@ def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
     import json
 
     if not device_name_ok(job_id):
-        raise JobnsError(f"write the CDI spec of job {job_id!r}: not a valid CDI device name "
-                         "(a letter or digit first); use another job id or unset [cdi] dir")
+        raise JobnsError(
+            f"write the CDI spec of job {job_id!r}: not a valid CDI device name "
+            "(a letter or digit first); use another job id or unset [cdi] dir"
+        )
     fd = _open_dir(c.dir, create=True)
     assert fd is not None
     name = spec_name(job_id)
@@ -180,8 +210,12 @@ def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
         except FileNotFoundError:
             pass
         try:
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                          os.O_CLOEXEC, 0o600, dir_fd=fd)
+            out = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=fd,
+            )
             try:
                 os.write(out, data)
                 os.fchmod(out, 0o644)
@@ -234,8 +268,10 @@ def publish(config: Config, job: Job, plan: Plan, handles: list[TreeHandle]) -> 
         # name it (Slurm's ids always can).
         import sys
 
-        sys.stderr.write(f"jobns: setup {job.job_id}: warning: no CDI spec: the job id is not "
-                         "a CDI device name (a letter or digit first)\n")
+        sys.stderr.write(
+            f"jobns: setup {job.job_id}: warning: no CDI spec: the job id is not "
+            "a CDI device name (a letter or digit first)\n"
+        )
         return None
     from launcher.environment import job_environment
 
@@ -260,6 +296,6 @@ def orphans(config: Config, live: Callable[[], set[str]]) -> list[str]:
         names = os.listdir(c.dir)
     except OSError:
         return []
-    ids = [n[len(PREFIX):-5] for n in names if n.startswith(PREFIX) and n.endswith(".json")]
+    ids = [n[len(PREFIX) : -5] for n in names if n.startswith(PREFIX) and n.endswith(".json")]
     jobs = live()
     return sorted(i for i in ids if i not in jobs)

@@ -31,8 +31,9 @@ class ArcConfig:
 
     __slots__ = ("movetool", "scratchdir", "shared_filesystem", "shared_scratch")
 
-    def __init__(self, shared_filesystem: bool, scratchdir: str, movetool: str,
-                 shared_scratch: str) -> None:
+    def __init__(
+        self, shared_filesystem: bool, scratchdir: str, movetool: str, shared_scratch: str
+    ) -> None:
         self.shared_filesystem = shared_filesystem
         self.scratchdir = scratchdir
         self.movetool = movetool
@@ -43,16 +44,21 @@ class StagingConfig:
     """[staging]: how setup finds an ARC job's session directory and which host
     directories #JOBNS stage_in/stage_out may read from or write to (README "Staging")."""
 
-    __slots__ = ("dynamic_scratch", "session_dir", "session_roots", "stage_roots", "stdio",
-                 "timeout")
+    __slots__ = (
+        "dynamic_scratch",
+        "session_dir",
+        "session_roots",
+        "stage_roots",
+        "stdio",
+        "timeout",
+    )
 
     def __init__(self, raw: dict[str, object]) -> None:
         self.session_roots = [str(r) for r in _list(raw.get("session_roots"))]
         self.session_dir = str(raw.get("session_dir", ""))
         self.dynamic_scratch = bool(raw.get("dynamic_scratch", False))
         stdio = raw.get("stdio")
-        self.stdio = [str(n) for n in _list(stdio)] if stdio is not None else \
-            ["stdout", "stderr"]
+        self.stdio = [str(n) for n in _list(stdio)] if stdio is not None else ["stdout", "stderr"]
         self.stage_roots = [str(r) for r in _list(raw.get("stage_roots"))]
         timeout = raw.get("timeout", 0)
         self.timeout = float(timeout) if isinstance(timeout, (int, float)) else 0.0
@@ -81,9 +87,21 @@ def _section(raw: dict[str, object], name: str) -> dict[str, object]:
 
 
 class Config:
-    __slots__ = ("arc", "capacity", "directive_word", "enforce", "kill_wait", "lifecycle",
-                 "local_base", "raw", "shared_base", "shm_base", "source", "staging",
-                 "state_dir")
+    __slots__ = (
+        "arc",
+        "capacity",
+        "directive_word",
+        "enforce",
+        "kill_wait",
+        "lifecycle",
+        "local_base",
+        "raw",
+        "shared_base",
+        "shm_base",
+        "source",
+        "staging",
+        "state_dir",
+    )
 
     def __init__(self, raw: dict[str, object], source: str | None) -> None:
         merged = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
@@ -150,13 +168,20 @@ def check(doc: dict[str, object], source: str) -> None:
     for key in ("local_base", "shm_base", "shared_base", "state_dir"):
         value = doc.get(key)
         if isinstance(value, str) and value and not _is_clean_abspath(value):
-            raise JobnsError(f"read config {source}: {key} = {value!r} must be an absolute, "
-                             "normalised path (no '..', '.', '//' or trailing '/')")
+            raise JobnsError(
+                f"read config {source}: {key} = {value!r} must be an absolute, "
+                "normalised path (no '..', '.', '//' or trailing '/')"
+            )
     arc = doc.get("arc")
-    if isinstance(arc, dict) and arc.get("shared_filesystem") is False \
-            and not arc.get("scratchdir"):
-        raise JobnsError(f"read config {source}: [arc] shared_filesystem = false needs "
-                         "scratchdir: jobs cannot find their files otherwise (seed 001)")
+    if (
+        isinstance(arc, dict)
+        and arc.get("shared_filesystem") is False
+        and not arc.get("scratchdir")
+    ):
+        raise JobnsError(
+            f"read config {source}: [arc] shared_filesystem = false needs "
+            "scratchdir: jobs cannot find their files otherwise (seed 001)"
+        )
     _check_staging(doc, source)
 
 
@@ -176,8 +201,10 @@ def _check_text(value: object, source: str, where: str) -> None:
         except UnicodeEncodeError:
             bad = True
         if bad:
-            raise JobnsError(f"read config {source}: {where} = {value!r}: a NUL or a lone "
-                             "surrogate cannot be part of a path, a command or a variable")
+            raise JobnsError(
+                f"read config {source}: {where} = {value!r}: a NUL or a lone "
+                "surrogate cannot be part of a path, a command or a variable"
+            )
 
 
 def _check_staging(doc: dict[str, object], source: str) -> None:
@@ -185,29 +212,42 @@ def _check_staging(doc: dict[str, object], source: str) -> None:
     arc = _section(doc, "arc")
     staging = _section(doc, "staging")
     paths = [("arc", "scratchdir", arc.get("scratchdir"))]
-    paths += [("staging", key, p) for key in ("session_roots", "stage_roots")
-              for p in _list(staging.get(key))]
+    paths += [
+        ("staging", key, p)
+        for key in ("session_roots", "stage_roots")
+        for p in _list(staging.get(key))
+    ]
     for section, key, value in paths:
         if isinstance(value, str) and value and not _is_clean_abspath(value):
-            raise JobnsError(f"read config {source}: [{section}] {key}: {value!r} must be an "
-                             "absolute, normalised path (no '..', '.', '//' or trailing '/')")
+            raise JobnsError(
+                f"read config {source}: [{section}] {key}: {value!r} must be an "
+                "absolute, normalised path (no '..', '.', '//' or trailing '/')"
+            )
     for name in _list(staging.get("stdio")):
         if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
-            raise JobnsError(f"read config {source}: [staging] stdio: {name!r} must be a "
-                             "file name in the session directory (no '/')")
+            raise JobnsError(
+                f"read config {source}: [staging] stdio: {name!r} must be a "
+                "file name in the session directory (no '/')"
+            )
     scratchdir = str(arc.get("scratchdir", ""))
     if staging.get("session_dir"):
         if not scratchdir:
-            raise JobnsError(f"read config {source}: [staging] session_dir needs [arc] "
-                             "scratchdir: the job's files are moved there (seed 001)")
+            raise JobnsError(
+                f"read config {source}: [staging] session_dir needs [arc] "
+                "scratchdir: the job's files are moved there (seed 001)"
+            )
         if not staging.get("session_roots"):
-            raise JobnsError(f"read config {source}: [staging] session_dir needs "
-                             "session_roots (the sessiondir roots of arc.conf)")
+            raise JobnsError(
+                f"read config {source}: [staging] session_dir needs "
+                "session_roots (the sessiondir roots of arc.conf)"
+            )
         for private in ("/tmp", "/var/tmp", "/dev/shm"):
             if scratchdir == private or scratchdir.startswith(private + "/"):
-                raise JobnsError(f"read config {source}: [arc] scratchdir = {scratchdir!r} "
-                                 f"is under {private}, which every job sees as its own "
-                                 "private directory; pick a directory outside it")
+                raise JobnsError(
+                    f"read config {source}: [arc] scratchdir = {scratchdir!r} "
+                    f"is under {private}, which every job sees as its own "
+                    "private directory; pick a directory outside it"
+                )
     commands = [("arc", "movetool", arc.get("movetool"), False)]
     lifecycle = _section(doc, "lifecycle")
     commands += [("lifecycle", k, lifecycle.get(k), True) for k in ("pre_run", "post_run")]
@@ -219,19 +259,26 @@ def _check_staging(doc: dict[str, object], source: str) -> None:
         try:
             argv = shlex.split(value)
         except ValueError as e:
-            raise JobnsError(f"read config {source}: [{section}] {key} = {value!r}: {e} "
-                             "(it is split like a shell would, but never run by one)") from None
+            raise JobnsError(
+                f"read config {source}: [{section}] {key} = {value!r}: {e} "
+                "(it is split like a shell would, but never run by one)"
+            ) from None
         if not argv:
             raise JobnsError(f"read config {source}: [{section}] {key} is blank")
         if absolute and not argv[0].startswith("/"):
-            raise JobnsError(f"read config {source}: [{section}] {key} = {value!r}: root runs "
-                             "it, so give the program as an absolute path")
+            raise JobnsError(
+                f"read config {source}: [{section}] {key} = {value!r}: root runs "
+                "it, so give the program as an absolute path"
+            )
 
 
 def _is_clean_abspath(p: str) -> bool:
     # No control character at all: these paths end up in messages, mounts and records.
-    return p == "/" or (p.startswith("/") and os.path.normpath(p) == p
-                        and not any(c < " " or c == "\x7f" for c in p))
+    return p == "/" or (
+        p.startswith("/")
+        and os.path.normpath(p) == p
+        and not any(c < " " or c == "\x7f" for c in p)
+    )
 
 
 def load(flag: str | None = None, environ: dict[str, str] | None = None) -> Config:
@@ -246,16 +293,24 @@ def load(flag: str | None = None, environ: dict[str, str] | None = None) -> Conf
             raise FileNotFoundError
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                   st.st_ctime_ns)
+            key = (
+                os.path.abspath(path),
+                st.st_dev,
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
             cached = _read_cache(key)
             if cached is not None:
                 return Config(cached, shown)
             text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         if explicit:
-            raise JobnsError(f"read config {shown}: no such file (set --config or "
-                             "JOBNS_CONFIG to an existing file, or unset it)") from None
+            raise JobnsError(
+                f"read config {shown}: no such file (set --config or "
+                "JOBNS_CONFIG to an existing file, or unset it)"
+            ) from None
         return Config({}, None)
     except OSError as e:
         raise JobnsError(f"read config {shown}: {e.strerror}") from None
@@ -299,8 +354,9 @@ def _write_cache(key: tuple[object, ...], raw: dict[str, object]) -> None:
 
     tmp = f"{CACHE_PATH}.{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
         try:
             os.write(fd, marshal.dumps((key, raw)))  # type: ignore[arg-type]
         finally:

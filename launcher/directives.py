@@ -114,8 +114,12 @@ _MAX_NUMBER_CHARS = 40  # bounds the arithmetic an attacker can make us do
 _WORD_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
-LAYOUT_VALUES: dict[str | None, str] = {None: "shared", "yes": "shared",
-                                        "per-node": "per-node", "no": "local"}
+LAYOUT_VALUES: dict[str | None, str] = {
+    None: "shared",
+    "yes": "shared",
+    "per-node": "per-node",
+    "no": "local",
+}
 VERBS = ("shm", "tmp", "shared_tmpdir", "no_rm_tmpdir", "stage_in", "stage_out")
 
 
@@ -128,8 +132,13 @@ class DirectiveError(JobnsError):
     without the location.
     """
 
-    def __init__(self, problem: str, lineno: int | None = None, line: str | None = None,
-                 origin: str = "script") -> None:
+    def __init__(
+        self,
+        problem: str,
+        lineno: int | None = None,
+        line: str | None = None,
+        origin: str = "script",
+    ) -> None:
         self.problem = problem
         self.lineno = lineno
         self.line = line
@@ -171,12 +180,15 @@ def parse_capacity(text: str) -> int | NodeCount:
     """
     match = _CAPACITY_RE.fullmatch(text)
     if match is None:
-        raise DirectiveError(f"capacity {text!r} is not a number with an optional suffix; "
-                             "give e.g. capacity=10GiB or capacity=500MB")
+        raise DirectiveError(
+            f"capacity {text!r} is not a number with an optional suffix; "
+            "give e.g. capacity=10GiB or capacity=500MB"
+        )
     number, suffix = match.groups()
     if len(number) > _MAX_NUMBER_CHARS:
-        raise DirectiveError(f"capacity {text[:20]!r}... has too many digits; use a larger "
-                             "suffix such as GiB or TiB")
+        raise DirectiveError(
+            f"capacity {text[:20]!r}... has too many digits; use a larger suffix such as GiB or TiB"
+        )
     amount = Fraction(number)
     if suffix == NODE_SUFFIX:
         return _node_count(text, amount)
@@ -190,32 +202,38 @@ def _size_unit(text: str, suffix: str) -> int:
     if unit is not None:
         return unit
     folded = _SUFFIX_BY_FOLDED.get(suffix.lower())
-    hint = (f"suffixes are case-sensitive: did you mean {folded!r}?" if folded else
-            "use K|KiB M|MiB G|GiB T|TiB P|PiB (1024), KB MB GB TB PB (1000), N (nodes), "
-            "or no suffix for bytes")
+    hint = (
+        f"suffixes are case-sensitive: did you mean {folded!r}?"
+        if folded
+        else "use K|KiB M|MiB G|GiB T|TiB P|PiB (1024), KB MB GB TB PB (1000), N (nodes), "
+        "or no suffix for bytes"
+    )
     raise DirectiveError(f"capacity {text!r} has an unknown suffix {suffix!r}; {hint}")
 
 
 def _node_count(text: str, amount: Fraction) -> NodeCount:
     if amount.denominator != 1:
-        raise DirectiveError(f"capacity {text!r}: a node count must be a whole number, "
-                             "e.g. capacity=2N")
+        raise DirectiveError(
+            f"capacity {text!r}: a node count must be a whole number, e.g. capacity=2N"
+        )
     if amount <= 0:
         raise DirectiveError(f"capacity {text!r}: a node count must be at least 1")
     if amount > MAX_BYTES:
-        raise DirectiveError(f"capacity {text!r}: node count too large; give at most "
-                             f"{MAX_BYTES}N")
+        raise DirectiveError(f"capacity {text!r}: node count too large; give at most {MAX_BYTES}N")
     return NodeCount(int(amount))
 
 
 def _bytes(text: str, amount: Fraction, unit: int) -> int:
     if amount <= 0:
-        raise DirectiveError(f"capacity {text!r} must be greater than zero; give a size "
-                             "such as capacity=10GiB")
+        raise DirectiveError(
+            f"capacity {text!r} must be greater than zero; give a size such as capacity=10GiB"
+        )
     size = math.ceil(amount * unit)
     if size > MAX_BYTES:
-        raise DirectiveError(f"capacity {text!r} is {size} bytes, more than the maximum "
-                             f"{MAX_BYTES} (2**63-1); ask for less")
+        raise DirectiveError(
+            f"capacity {text!r} is {size} bytes, more than the maximum "
+            f"{MAX_BYTES} (2**63-1); ask for less"
+        )
     return size
 
 
@@ -225,14 +243,18 @@ def round_up(size: int, granularity: int) -> int:
     A request below the granularity becomes one granule; a multiple is unchanged.
     """
     if granularity < 1:
-        raise JobnsError(f"granularity {granularity} must be a whole number of bytes >= 1; "
-                         "fix the jobns configuration")
+        raise JobnsError(
+            f"granularity {granularity} must be a whole number of bytes >= 1; "
+            "fix the jobns configuration"
+        )
     if size < 1:
         raise DirectiveError(f"size {size} must be greater than zero")
     rounded = -(-size // granularity) * granularity
     if rounded > MAX_BYTES:
-        raise DirectiveError(f"size {size} rounded up to granularity {granularity} is "
-                             f"{rounded} bytes, more than the maximum {MAX_BYTES}")
+        raise DirectiveError(
+            f"size {size} rounded up to granularity {granularity} is "
+            f"{rounded} bytes, more than the maximum {MAX_BYTES}"
+        )
     return rounded
 
 
@@ -263,12 +285,14 @@ class Symbols:
         workdir = environ.get("SLURM_JOB_WORK_DIR") or environ.get("SLURM_SUBMIT_DIR")
         if not workdir:
             workdir = cwd if cwd is not None else os.getcwd()
-        return cls(job_id=_numeric_env(environ, "SLURM_JOB_ID"),
-                   array_job_id=_numeric_env(environ, "SLURM_ARRAY_JOB_ID"),
-                   array_task_id=_numeric_env(environ, "SLURM_ARRAY_TASK_ID"),
-                   workdir=workdir,
-                   user=environ.get("SLURM_JOB_USER") or None,
-                   job_name=environ.get("SLURM_JOB_NAME"))
+        return cls(
+            job_id=_numeric_env(environ, "SLURM_JOB_ID"),
+            array_job_id=_numeric_env(environ, "SLURM_ARRAY_JOB_ID"),
+            array_task_id=_numeric_env(environ, "SLURM_ARRAY_TASK_ID"),
+            workdir=workdir,
+            user=environ.get("SLURM_JOB_USER") or None,
+            job_name=environ.get("SLURM_JOB_NAME"),
+        )
 
 
 def _numeric_env(environ: Mapping[str, str], name: str) -> str | None:
@@ -317,7 +341,7 @@ def substitute(path: str, symbols: Symbols) -> str:
     i = 0
     while i < len(path):
         if path.startswith(STOP, i):
-            out.append(path[i + len(STOP):])
+            out.append(path[i + len(STOP) :])
             break
         if path[i] != "%":
             out.append(path[i])
@@ -338,13 +362,17 @@ def _expand(path: str, i: int, symbols: Symbols) -> str:
     if entry is None:
         # The letter is the user's and may be a control character: never shown raw.
         shown = f"'%{letter}'" if letter.isprintable() else repr("%" + letter)
-        raise DirectiveError(f"path {path!r} uses unknown symbol {shown}; known symbols "
-                             "are %% %A %a %d %j %u %x, write '%%' for a literal %")
+        raise DirectiveError(
+            f"path {path!r} uses unknown symbol {shown}; known symbols "
+            "are %% %A %a %d %j %u %x, write '%%' for a literal %"
+        )
     getter, what, fix = entry
     value = getter(symbols)
     if value is None:
-        raise DirectiveError(f"path {path!r} uses %{letter} but the {what} is not known; "
-                             f"{fix} or do not use %{letter}")
+        raise DirectiveError(
+            f"path {path!r} uses %{letter} but the {what} is not known; "
+            f"{fix} or do not use %{letter}"
+        )
     if letter == "d":
         return _checked_workdir(value)
     return _checked_component(value, letter, what)
@@ -355,8 +383,10 @@ def _checked_component(value: str, letter: str, what: str) -> str:
     # able to move the path (a job name is whatever the submitter typed).
     problem = _component_problem(value)
     if problem:
-        raise DirectiveError(f"the {what} {value!r} cannot be substituted for %{letter}: "
-                             f"{problem}; change it or do not use %{letter}")
+        raise DirectiveError(
+            f"the {what} {value!r} cannot be substituted for %{letter}: "
+            f"{problem}; change it or do not use %{letter}"
+        )
     return value
 
 
@@ -378,8 +408,9 @@ def _checked_workdir(value: str) -> str:
     try:
         return normalise(value)
     except DirectiveError as err:
-        raise DirectiveError(f"the working directory cannot be substituted for %d: "
-                             f"{err.problem}") from None
+        raise DirectiveError(
+            f"the working directory cannot be substituted for %d: {err.problem}"
+        ) from None
 
 
 def _encode(text: str) -> bytes:
@@ -408,25 +439,30 @@ def normalise(path: str) -> str:
     (NUL above all: the kernel would cut the path there) and over-long paths.
     """
     if _CONTROL_RE.search(path):
-        raise DirectiveError(f"path {path!r} contains a NUL or control character; remove "
-                             "it (check the job name, user name and working directory)")
+        raise DirectiveError(
+            f"path {path!r} contains a NUL or control character; remove "
+            "it (check the job name, user name and working directory)"
+        )
     if _unencodable(path):
-        raise DirectiveError(f"path {path!r} is not valid text (a lone UTF-16 surrogate); "
-                             "remove it (check the job name, user name and working directory)")
+        raise DirectiveError(
+            f"path {path!r} is not valid text (a lone UTF-16 surrogate); "
+            "remove it (check the job name, user name and working directory)"
+        )
     if not path.startswith("/"):
-        raise DirectiveError(f"path {path!r} is relative; give an absolute path "
-                             "(starting with / or %d)")
+        raise DirectiveError(
+            f"path {path!r} is relative; give an absolute path (starting with / or %d)"
+        )
     parts = [part for part in path.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise DirectiveError(f"path {path!r} contains '..'; give a path without '..'")
     for part in parts:
         if len(_encode(part)) > NAME_MAX:
-            raise DirectiveError(f"path {path!r} has a component longer than {NAME_MAX} "
-                                 "bytes; shorten it")
+            raise DirectiveError(
+                f"path {path!r} has a component longer than {NAME_MAX} bytes; shorten it"
+            )
     result = "/" + "/".join(parts)
     if len(_encode(result)) > PATH_MAX:
-        raise DirectiveError(f"path {path[:60]!r}... is longer than {PATH_MAX} bytes; "
-                             "shorten it")
+        raise DirectiveError(f"path {path[:60]!r}... is longer than {PATH_MAX} bytes; shorten it")
     return result
 
 
@@ -438,14 +474,18 @@ def confine(path: str, allowed_roots: Iterable[str]) -> str:
     """
     roots = [normalise(root) for root in allowed_roots]
     if not roots:
-        raise DirectiveError(f"path {path!r} is not allowed: no directories are configured "
-                             "for staging; ask the administrator")
+        raise DirectiveError(
+            f"path {path!r} is not allowed: no directories are configured "
+            "for staging; ask the administrator"
+        )
     normal = normalise(path)
     for root in roots:
         if root == "/" or normal == root or normal.startswith(root + "/"):
             return normal
-    raise DirectiveError(f"path {path!r} is outside the allowed directories "
-                         f"({', '.join(roots)}); use a path below one of them")
+    raise DirectiveError(
+        f"path {path!r} is outside the allowed directories "
+        f"({', '.join(roots)}); use a path below one of them"
+    )
 
 
 def resolve_path(raw: str, symbols: Symbols, allowed_roots: Iterable[str]) -> str:
@@ -468,12 +508,15 @@ class Stage:
     line: str
     origin: str = "script"
 
-    def resolve(self, symbols: Symbols, source_roots: Iterable[str],
-                destination_roots: Iterable[str]) -> tuple[str, str]:
+    def resolve(
+        self, symbols: Symbols, source_roots: Iterable[str], destination_roots: Iterable[str]
+    ) -> tuple[str, str]:
         """(source, destination) substituted and confined; errors name this line."""
         try:
-            return (resolve_path(self.source, symbols, source_roots),
-                    resolve_path(self.destination, symbols, destination_roots))
+            return (
+                resolve_path(self.source, symbols, source_roots),
+                resolve_path(self.destination, symbols, destination_roots),
+            )
         except DirectiveError as err:
             raise err.at(self.lineno, self.line, self.origin) from None
 
@@ -520,15 +563,20 @@ def parse_script(text: str, word: str = DEFAULT_WORD, granularity: int = 1) -> D
         if body is None:
             _warn_near_miss(result, lineno, line, prefix, in_header)
         elif not in_header:
-            result.warnings.append(_located(lineno, line, "script", "directive after the "
-                                   "first command is ignored; move it to the top"))
+            result.warnings.append(
+                _located(
+                    lineno,
+                    line,
+                    "script",
+                    "directive after the first command is ignored; move it to the top",
+                )
+            )
         else:
             _apply_line(result, body, lineno, line, "script", granularity)
     return result
 
 
-def parse_directives(text: str, word: str = DEFAULT_WORD,
-                     granularity: int = 1) -> Directives:
+def parse_directives(text: str, word: str = DEFAULT_WORD, granularity: int = 1) -> Directives:
     """Directives from a ``--directives`` string (like Slurm's ``--bb``).
 
     Items are separated by newlines or ``;``; each may start with ``#WORD`` or not. Blank
@@ -541,10 +589,15 @@ def parse_directives(text: str, word: str = DEFAULT_WORD,
             continue
         body = _directive_body(item.strip(), prefix)
         if body is None and item.lstrip().startswith("#"):
-            raise DirectiveError(f"not a {prefix} directive; write it without a leading "
-                                 f"'#' or as '{prefix} ...'", lineno, item, "--directives")
-        _apply_line(result, item if body is None else body, lineno, item, "--directives",
-                    granularity)
+            raise DirectiveError(
+                f"not a {prefix} directive; write it without a leading '#' or as '{prefix} ...'",
+                lineno,
+                item,
+                "--directives",
+            )
+        _apply_line(
+            result, item if body is None else body, lineno, item, "--directives", granularity
+        )
     return result
 
 
@@ -557,18 +610,19 @@ def _directive_body(line: str, prefix: str) -> str | None:
     """The text after ``#WORD`` if line is a directive line, else None."""
     if not line.startswith(prefix):
         return None
-    rest = line[len(prefix):]
+    rest = line[len(prefix) :]
     if rest and not rest[0].isspace():
         return None  # '#JOBNSX' is some other directive word
     return rest
 
 
-def _warn_near_miss(result: Directives, lineno: int, line: str, prefix: str,
-                    in_header: bool) -> None:
+def _warn_near_miss(
+    result: Directives, lineno: int, line: str, prefix: str, in_header: bool
+) -> None:
     # Silently ignoring what the user obviously meant as a directive is the worst outcome.
     stripped = line.lstrip()
-    head = stripped[:len(prefix)]
-    after = stripped[len(prefix):len(prefix) + 1]
+    head = stripped[: len(prefix)]
+    after = stripped[len(prefix) : len(prefix) + 1]
     if head.lower() != prefix.lower() or (after and not after.isspace()):
         return
     if len(stripped) != len(line) and head == prefix:
@@ -605,15 +659,17 @@ def _options(words: list[str]) -> Iterator[_Option]:
     stopped = False
     for token in words:
         if '"' in token or "'" in token:
-            raise DirectiveError("quoting is not supported: values cannot contain quotes "
-                                 "or whitespace")
+            raise DirectiveError(
+                "quoting is not supported: values cannot contain quotes or whitespace"
+            )
         key, eq, value = token.partition("=")
         yield _Option(key, value if eq else None, stopped)
         stopped = stopped or STOP in token
 
 
-def _apply_line(result: Directives, body: str, lineno: int, line: str, origin: str,
-                granularity: int) -> None:
+def _apply_line(
+    result: Directives, body: str, lineno: int, line: str, origin: str, granularity: int
+) -> None:
     try:
         if line.endswith("\r"):
             raise DirectiveError("DOS line break (\\r\\n); convert the script with dos2unix")
@@ -625,8 +681,15 @@ def _apply_line(result: Directives, body: str, lineno: int, line: str, origin: s
         raise err.at(lineno, line, origin) from None
 
 
-def _apply(result: Directives, verb: _Option, options: list[_Option], lineno: int,
-           line: str, origin: str, granularity: int) -> None:
+def _apply(
+    result: Directives,
+    verb: _Option,
+    options: list[_Option],
+    lineno: int,
+    line: str,
+    origin: str,
+    granularity: int,
+) -> None:
     if verb.key not in VERBS:
         result.warnings.append(_located(lineno, line, origin, _unknown_verb(verb.key)))
         return
@@ -635,8 +698,9 @@ def _apply(result: Directives, verb: _Option, options: list[_Option], lineno: in
     known = _KEYS[verb.key]
     values = _collect(options, known, verb.key)
     for key in sorted({o.key for o in options} - set(known)):
-        result.warnings.append(_located(lineno, line, origin,
-                                        f"unknown key {key!r} for {verb.key} is ignored"))
+        result.warnings.append(
+            _located(lineno, line, origin, f"unknown key {key!r} for {verb.key} is ignored")
+        )
     if verb.key in ("shm", "tmp"):
         _set_capacity(result, verb.key, values, granularity)
     elif verb.key == "shared_tmpdir":
@@ -649,12 +713,18 @@ def _apply(result: Directives, verb: _Option, options: list[_Option], lineno: in
 
 
 _KEYS: dict[str, tuple[str, ...]] = {
-    "shm": ("capacity",), "tmp": ("capacity",), "shared_tmpdir": (), "no_rm_tmpdir": (),
-    "stage_in": ("source", "destination"), "stage_out": ("source", "destination"),
+    "shm": ("capacity",),
+    "tmp": ("capacity",),
+    "shared_tmpdir": (),
+    "no_rm_tmpdir": (),
+    "stage_in": ("source", "destination"),
+    "stage_out": ("source", "destination"),
 }
 _USAGE = {
-    "shm": "shm capacity=SIZE", "tmp": "tmp capacity=SIZE",
-    "shared_tmpdir": "shared_tmpdir[=yes|per-node|no]", "no_rm_tmpdir": "no_rm_tmpdir",
+    "shm": "shm capacity=SIZE",
+    "tmp": "tmp capacity=SIZE",
+    "shared_tmpdir": "shared_tmpdir[=yes|per-node|no]",
+    "no_rm_tmpdir": "no_rm_tmpdir",
     "stage_in": "stage_in source=PATH destination=PATH",
     "stage_out": "stage_out source=PATH destination=PATH",
 }
@@ -666,8 +736,7 @@ def _unknown_verb(verb: str) -> str:
     return f"unknown directive {verb!r} is ignored{hint}; known: {', '.join(VERBS)}"
 
 
-def _collect(options: list[_Option], known: tuple[str, ...],
-             verb: str) -> dict[str, _Option]:
+def _collect(options: list[_Option], known: tuple[str, ...], verb: str) -> dict[str, _Option]:
     """The known options by key; all of them required, none twice, each with a value."""
     values: dict[str, _Option] = {}
     for option in options:
@@ -680,23 +749,25 @@ def _collect(options: list[_Option], known: tuple[str, ...],
         values[option.key] = option
     missing = [key for key in known if key not in values]
     if missing:
-        raise DirectiveError(f"{verb} needs {'= and '.join(missing)}=; "
-                             f"write '#JOBNS {_USAGE[verb]}'")
+        raise DirectiveError(
+            f"{verb} needs {'= and '.join(missing)}=; write '#JOBNS {_USAGE[verb]}'"
+        )
     return values
 
 
-def _set_capacity(result: Directives, verb: str, values: dict[str, _Option],
-                  granularity: int) -> None:
+def _set_capacity(
+    result: Directives, verb: str, values: dict[str, _Option], granularity: int
+) -> None:
     text = values["capacity"].value or ""
     capacity = parse_capacity(text)
     if isinstance(capacity, NodeCount):
-        raise DirectiveError(f"capacity {text!r} is a node count; {verb} needs a size, "
-                             "e.g. capacity=2GiB")
+        raise DirectiveError(
+            f"capacity {text!r} is a node count; {verb} needs a size, e.g. capacity=2GiB"
+        )
     size = round_up(capacity, granularity)
     previous = result.shm_capacity if verb == "shm" else result.tmp_capacity
     if previous is not None and previous != size:
-        raise DirectiveError(f"{verb} capacity is given twice with different values; "
-                             "keep one line")
+        raise DirectiveError(f"{verb} capacity is given twice with different values; keep one line")
     if verb == "shm":
         result.shm_capacity = size
     else:
@@ -706,21 +777,24 @@ def _set_capacity(result: Directives, verb: str, values: dict[str, _Option],
 def _set_layout(result: Directives, value: str | None) -> None:
     layout = LAYOUT_VALUES.get(value)
     if layout is None:
-        raise DirectiveError(f"shared_tmpdir={value!r} is not one of yes, per-node, no; "
-                             f"write '#JOBNS {_USAGE['shared_tmpdir']}'")
+        raise DirectiveError(
+            f"shared_tmpdir={value!r} is not one of yes, per-node, no; "
+            f"write '#JOBNS {_USAGE['shared_tmpdir']}'"
+        )
     if result.layout is not None and result.layout != layout:
-        raise DirectiveError(f"shared_tmpdir contradicts an earlier shared_tmpdir "
-                             f"({result.layout!r}); keep one line")
+        raise DirectiveError(
+            f"shared_tmpdir contradicts an earlier shared_tmpdir ({result.layout!r}); keep one line"
+        )
     result.layout = layout
 
 
 # Stand-ins used only to check a stage path's shape when the job's values are not known.
-_PLACEHOLDERS = Symbols(job_id="1", array_job_id="1", array_task_id="1", workdir="/workdir",
-                        user="user", job_name="job")
+_PLACEHOLDERS = Symbols(
+    job_id="1", array_job_id="1", array_task_id="1", workdir="/workdir", user="user", job_name="job"
+)
 
 
-def _stage(values: dict[str, _Option], verb: str, lineno: int, line: str,
-           origin: str) -> Stage:
+def _stage(values: dict[str, _Option], verb: str, lineno: int, line: str, origin: str) -> Stage:
     source, destination = (_stage_path(values[key], key) for key in ("source", "destination"))
     return Stage(source, destination, lineno, line, origin)
 

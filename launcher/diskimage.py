@@ -69,8 +69,10 @@ _releasers: list[int] = []  # write ends of the release processes' pipes (see _r
 def backing(config: Config) -> str:
     value = config.capacity.get("tmp_backing", "tmpfs")
     if value not in ("tmpfs", "disk"):
-        raise JobnsError(f"read config {config.source or '(built-in)'}: [capacity] "
-                         f"tmp_backing = {value!r}: expected \"tmpfs\" or \"disk\"")
+        raise JobnsError(
+            f"read config {config.source or '(built-in)'}: [capacity] "
+            f'tmp_backing = {value!r}: expected "tmpfs" or "disk"'
+        )
     return str(value)
 
 
@@ -81,8 +83,10 @@ def base_of(config: Config) -> str:
 def fs_type(config: Config) -> str:
     value = config.capacity.get("fs_type", "ext4")
     if value not in FS_TYPES:
-        raise JobnsError(f"read config {config.source or '(built-in)'}: [capacity] "
-                         f"fs_type = {value!r}: expected one of {', '.join(FS_TYPES)}")
+        raise JobnsError(
+            f"read config {config.source or '(built-in)'}: [capacity] "
+            f"fs_type = {value!r}: expected one of {', '.join(FS_TYPES)}"
+        )
     return str(value)
 
 
@@ -101,8 +105,10 @@ def open_base(base: str) -> int:
     st = os.fstat(fd)
     if st.st_uid != 0 or st.st_mode & 0o022:
         os.close(fd)
-        raise JobnsError(f"refuse [capacity] scratch_base {base}: it must be root's and "
-                         "writable by root only (chown root; chmod go-w)")
+        raise JobnsError(
+            f"refuse [capacity] scratch_base {base}: it must be root's and "
+            "writable by root only (chown root; chmod go-w)"
+        )
     return fd
 
 
@@ -124,8 +130,11 @@ def node_room(config: Config, base_fd: int) -> tuple[int, int]:
     all images (free + what they already use - node_reserve)."""
     from launcher.capacity import config_size
 
-    reserve = 0 if config.capacity.get("node_reserve") in (0, "0") else \
-        config_size(config, "node_reserve") or 0
+    reserve = (
+        0
+        if config.capacity.get("node_reserve") in (0, "0")
+        else config_size(config, "node_reserve") or 0
+    )
     images = _images(base_fd)
     committed = sum(st.st_size for _, st in images)
     used = sum(st.st_blocks * 512 for _, st in images)
@@ -151,12 +160,18 @@ def create(config: Config, role: str, job_id: str, size: int) -> str:
         committed, room = node_room(config, base_fd)
         if committed + size > room:
             free = max(room - committed, 0)
-            raise UserError(f"tmp capacity {size} bytes ({human(size)}) does not fit on this "
-                            f"node: its scratch disk has {free} bytes ({human(free)}) left "
-                            "for jobs after the capacities of the jobs running here; ask for "
-                            "less")
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600, dir_fd=base_fd)
+            raise UserError(
+                f"tmp capacity {size} bytes ({human(size)}) does not fit on this "
+                f"node: its scratch disk has {free} bytes ({human(free)}) left "
+                "for jobs after the capacities of the jobs running here; ask for "
+                "less"
+            )
+        fd = os.open(
+            name,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=base_fd,
+        )
         try:
             os.ftruncate(fd, size)
         except OSError as e:
@@ -176,15 +191,26 @@ def make_fs(path: str, fstype: str, uid: int, gid: int) -> None:
     else:
         # No journal (scratch dies with the job), no root reserve (the job is the only
         # user), no resize inode (it never grows online): ~5 ms for 100 GiB instead of ~15.
-        cmd = ["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E",
-               f"lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner={uid}:{gid}",
-               path]
+        cmd = [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-m",
+            "0",
+            "-O",
+            "^has_journal,^resize_inode",
+            "-E",
+            f"lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner={uid}:{gid}",
+            path,
+        ]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+        )
     except OSError as e:
-        raise JobnsError(f"run {cmd[0]}: {e.strerror}; install "
-                         f"{'xfsprogs' if fstype == 'xfs' else 'e2fsprogs'}") from None
+        raise JobnsError(
+            f"run {cmd[0]}: {e.strerror}; install {'xfsprogs' if fstype == 'xfs' else 'e2fsprogs'}"
+        ) from None
     if r.returncode != 0:
         raise JobnsError(f"{cmd[0]} {path}: {r.stderr.strip() or f'exit {r.returncode}'}")
     state.pause_point("fs-made")
@@ -204,9 +230,9 @@ def ours_at(fd: int, image: str) -> bool:
     m = _mount_of(fd)
     if m is None or m.fstype not in FS_TYPES or not m.source.startswith("/dev/loop"):
         return False
-    back = loop.backing(m.source[len("/dev/"):])
+    back = loop.backing(m.source[len("/dev/") :])
     if back is not None and back.endswith(loop.DELETED):
-        back = back[:-len(loop.DELETED)]
+        back = back[: -len(loop.DELETED)]
     return back == image
 
 
@@ -237,11 +263,13 @@ def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> No
     try:
         state.pause_point("loop-attached")
         try:
-            libc.mount(dev, f"/proc/self/fd/{handle.fd}", fstype,
-                       libc.MS_NOSUID | libc.MS_NODEV, None)
+            libc.mount(
+                dev, f"/proc/self/fd/{handle.fd}", fstype, libc.MS_NOSUID | libc.MS_NODEV, None
+            )
         except OSError as e:
-            raise JobnsError(f"mount {image} ({dev}, {fstype}) on {tree.path}: "
-                             f"{e.strerror}") from None
+            raise JobnsError(
+                f"mount {image} ({dev}, {fstype}) on {tree.path}: {e.strerror}"
+            ) from None
     finally:
         os.close(loop_fd)  # the mount holds the device now (autoclear on its release)
     try:
@@ -251,8 +279,9 @@ def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> No
         raise
     try:
         if not ours_at(fd, image):
-            raise UserError(f"refuse {tree.path}: it was replaced while its capacity was "
-                            "being set up")
+            raise UserError(
+                f"refuse {tree.path}: it was replaced while its capacity was being set up"
+            )
         try:
             os.rmdir("lost+found", dir_fd=fd)
         except FileNotFoundError:
@@ -311,8 +340,7 @@ def unmount(tree: Tree, image: str) -> list[str]:
         finally:
             os.close(fd)
     else:
-        errors.append(f"unmount the capacity image on {tree.path}: still mounted after 16 "
-                      "attempts")
+        errors.append(f"unmount the capacity image on {tree.path}: still mounted after 16 attempts")
     if image_fd is not None:
         os.close(image_fd)
     if errors:
@@ -385,7 +413,7 @@ def job_of_image(path: str) -> str | None:
     name = os.path.basename(path)
     if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
         return None
-    role_job = name[len(PREFIX):-len(SUFFIX)]
+    role_job = name[len(PREFIX) : -len(SUFFIX)]
     return role_job.split("-", 1)[1] if "-" in role_job else None
 
 
@@ -429,8 +457,7 @@ def _detach_device(dev: str) -> list[str]:
         if m.source != dev:
             continue
         try:
-            fd = libc.openat2(AT_FDCWD, m.point, os.O_PATH | os.O_CLOEXEC,
-                              libc.RESOLVE_NO_SYMLINKS)
+            fd = libc.openat2(AT_FDCWD, m.point, os.O_PATH | os.O_CLOEXEC, libc.RESOLVE_NO_SYMLINKS)
         except OSError:
             continue
         try:

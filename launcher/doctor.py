@@ -16,8 +16,22 @@ from launcher.errors import EXIT_JOBNS_FAILED, JobnsError
 from launcher.inputs import Options
 
 OK, NOTE, PROBLEM = "ok", "note", "problem"
-NETWORK_FS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "fuse.glusterfs",
-              "ceph", "fuse.ceph", "pvfs2", "orangefs", "fuse.sshfs", "9p"}
+NETWORK_FS = {
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "cifs",
+    "smb3",
+    "beegfs",
+    "fuse.glusterfs",
+    "ceph",
+    "fuse.ceph",
+    "pvfs2",
+    "orangefs",
+    "fuse.sshfs",
+    "9p",
+}
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_CDI_DIR = "/etc/cdi"
 
@@ -29,27 +43,43 @@ def kernel(proc_sys: str = "/proc/sys") -> list[Finding]:
     out: list[Finding] = []
     value = _read_int(f"{proc_sys}/user/max_user_namespaces")
     if value is None:
-        out.append((PROBLEM, "the kernel has no user namespaces (no "
-                    "/proc/sys/user/max_user_namespaces); fix: a kernel with "
-                    "CONFIG_USER_NS=y"))
+        out.append(
+            (
+                PROBLEM,
+                "the kernel has no user namespaces (no "
+                "/proc/sys/user/max_user_namespaces); fix: a kernel with "
+                "CONFIG_USER_NS=y",
+            )
+        )
     elif value <= 0:
-        out.append((PROBLEM, f"user.max_user_namespaces = {value}: no task can make or join "
-                    "a user namespace; fix: sysctl -w user.max_user_namespaces=15000 (and "
-                    "the same in /etc/sysctl.d/)"))
+        out.append(
+            (
+                PROBLEM,
+                f"user.max_user_namespaces = {value}: no task can make or join "
+                "a user namespace; fix: sysctl -w user.max_user_namespaces=15000 (and "
+                "the same in /etc/sysctl.d/)",
+            )
+        )
     else:
         out.append((OK, f"user.max_user_namespaces = {value}"))
     for name, bad, why in (
-            ("kernel/unprivileged_userns_clone", 0, "Debian's switch"),
-            ("kernel/apparmor_restrict_unprivileged_userns", 1, "Ubuntu's AppArmor switch")):
+        ("kernel/unprivileged_userns_clone", 0, "Debian's switch"),
+        ("kernel/apparmor_restrict_unprivileged_userns", 1, "Ubuntu's AppArmor switch"),
+    ):
         value = _read_int(f"{proc_sys}/{name}")
         key = name.replace("/", ".")
         if value is None:
             continue
         if value == bad:
             want = 1 - bad
-            out.append((PROBLEM, f"{key} = {value} ({why}): ordinary users cannot make user "
-                        f"namespaces; fix: sysctl -w {key}={want} (and the same in "
-                        "/etc/sysctl.d/)"))
+            out.append(
+                (
+                    PROBLEM,
+                    f"{key} = {value} ({why}): ordinary users cannot make user "
+                    f"namespaces; fix: sysctl -w {key}={want} (and the same in "
+                    "/etc/sysctl.d/)",
+                )
+            )
         else:
             out.append((OK, f"{key} = {value}"))
     return out
@@ -67,11 +97,20 @@ def loop_devices(dev: str = "/dev") -> list[Finding]:
     try:
         st = os.stat(f"{dev}/loop-control")
     except OSError:
-        return [(PROBLEM, f"no {dev}/loop-control: file-system images for capacities need "
-                 "loop devices; fix: modprobe loop (and list it in /etc/modules)")]
+        return [
+            (
+                PROBLEM,
+                f"no {dev}/loop-control: file-system images for capacities need "
+                "loop devices; fix: modprobe loop (and list it in /etc/modules)",
+            )
+        ]
     if not stat.S_ISCHR(st.st_mode):
-        return [(PROBLEM, f"{dev}/loop-control is not a character device; fix: remove it and "
-                 "modprobe loop")]
+        return [
+            (
+                PROBLEM,
+                f"{dev}/loop-control is not a character device; fix: remove it and modprobe loop",
+            )
+        ]
     return [(OK, f"loop devices ({dev}/loop-control)")]
 
 
@@ -88,19 +127,34 @@ def state_dir(path: str) -> list[Finding]:
     if where == path:
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode):
-            return [(PROBLEM, f"state_dir {path} is not a directory (a symlink?); fix: remove "
-                     "it, jobns setup makes it")]
+            return [
+                (
+                    PROBLEM,
+                    f"state_dir {path} is not a directory (a symlink?); fix: remove "
+                    "it, jobns setup makes it",
+                )
+            ]
         if st.st_uid != 0 or st.st_mode & 0o022:
-            return [(PROBLEM, f"state_dir {path} is owned by uid {st.st_uid} with mode "
-                     f"{stat.S_IMODE(st.st_mode):04o}; fix: chown root {path} && chmod 0711 "
-                     f"{path} (root's, writable only by root)")]
+            return [
+                (
+                    PROBLEM,
+                    f"state_dir {path} is owned by uid {st.st_uid} with mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}; fix: chown root {path} && chmod 0711 "
+                    f"{path} (root's, writable only by root)",
+                )
+            ]
         out.append((OK, f"state_dir {path}: root's, mode {stat.S_IMODE(st.st_mode):04o}"))
     else:
         out.append((OK, f"state_dir {path}: made by the first jobns setup (in {where})"))
     problem = _acl_problem(where)
     if problem:
-        out.append((PROBLEM, f"state_dir {path}: {problem}; fix: put state_dir on a file "
-                    "system with POSIX ACLs (tmpfs such as /run, ext4, xfs; mount with acl)"))
+        out.append(
+            (
+                PROBLEM,
+                f"state_dir {path}: {problem}; fix: put state_dir on a file "
+                "system with POSIX ACLs (tmpfs such as /run, ext4, xfs; mount with acl)",
+            )
+        )
     else:
         out.append((OK, f"state_dir {path}: POSIX ACLs work"))
     return out
@@ -112,8 +166,9 @@ def _acl_problem(directory: str) -> str:
 
     name = f"{directory.rstrip('/')}/.jobns-doctor-{os.getpid()}"
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
     except OSError as e:
         return f"cannot try ACLs in {directory}: {e.strerror}"
     try:
@@ -134,8 +189,7 @@ def fs_type(path: str) -> str:
     best, kind = "", "?"
     for m in mounts():
         point = m.point.rstrip("/") or "/"
-        if (real == point or real.startswith(point.rstrip("/") + "/")) and \
-                len(point) >= len(best):
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
             best, kind = point, m.fstype
     return kind
 
@@ -148,32 +202,61 @@ def base(role: str, path: str) -> list[Finding]:
     try:
         st = os.lstat(path)
     except OSError as e:
-        return [(PROBLEM, f"{role} {path}: {e.strerror}; fix: create it (root's, mode 1777 "
-                 "for standalone jobns run, or 0755 if only the prolog makes job trees)")]
+        return [
+            (
+                PROBLEM,
+                f"{role} {path}: {e.strerror}; fix: create it (root's, mode 1777 "
+                "for standalone jobns run, or 0755 if only the prolog makes job trees)",
+            )
+        ]
     if not stat.S_ISDIR(st.st_mode):
         return [(PROBLEM, f"{role} {path} is not a directory; fix: make it one")]
     mode = stat.S_IMODE(st.st_mode)
     kind = fs_type(path)
     out: list[Finding] = []
     if st.st_uid != 0:
-        out.append((PROBLEM, f"{role} {path} belongs to uid {st.st_uid}; fix: chown root "
-                    f"{path}"))
+        out.append((PROBLEM, f"{role} {path} belongs to uid {st.st_uid}; fix: chown root {path}"))
     if mode & 0o002 and not mode & stat.S_ISVTX:
-        out.append((PROBLEM, f"{role} {path} is world-writable without the sticky bit "
-                    f"(mode {mode:04o}): any user can rename a job's tree away; fix: chmod "
-                    f"1777 {path}"))
+        out.append(
+            (
+                PROBLEM,
+                f"{role} {path} is world-writable without the sticky bit "
+                f"(mode {mode:04o}): any user can rename a job's tree away; fix: chmod "
+                f"1777 {path}",
+            )
+        )
     elif mode & 0o020 and not mode & stat.S_ISVTX:
-        out.append((PROBLEM, f"{role} {path} is group-writable (mode {mode:04o}); fix: chmod "
-                    f"g-w {path}, or 1777"))
+        out.append(
+            (
+                PROBLEM,
+                f"{role} {path} is group-writable (mode {mode:04o}); fix: chmod "
+                f"g-w {path}, or 1777",
+            )
+        )
     if role == "shm_base" and kind != "tmpfs":
-        out.append((PROBLEM, f"shm_base {path} is on {kind}, not tmpfs: the job's /dev/shm "
-                    "would be on disk; fix: use a tmpfs such as /dev/shm"))
+        out.append(
+            (
+                PROBLEM,
+                f"shm_base {path} is on {kind}, not tmpfs: the job's /dev/shm "
+                "would be on disk; fix: use a tmpfs such as /dev/shm",
+            )
+        )
     if role == "local_base" and kind in NETWORK_FS:
-        out.append((PROBLEM, f"local_base {path} is on {kind}, a network file system; fix: "
-                    "a local file system (or use shared_base for shared layouts)"))
+        out.append(
+            (
+                PROBLEM,
+                f"local_base {path} is on {kind}, a network file system; fix: "
+                "a local file system (or use shared_base for shared layouts)",
+            )
+        )
     if role == "shared_base" and kind not in NETWORK_FS:
-        out.append((NOTE, f"shared_base {path} is on {kind}: --use-shared-tmpdir is shared "
-                    "only with nodes that see this file system"))
+        out.append(
+            (
+                NOTE,
+                f"shared_base {path} is on {kind}: --use-shared-tmpdir is shared "
+                "only with nodes that see this file system",
+            )
+        )
     if not any(k == PROBLEM for k, _ in out):
         out.append((OK, f"{role} {path}: root's, mode {mode:04o}, {kind}"))
     return out
@@ -216,8 +299,7 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
     try:
         values = slurm_conf_values(conf)
     except FileNotFoundError:
-        return [(NOTE, f"no {conf}: Slurm checks skipped (not a Slurm node, or pass "
-                 "--slurm-conf)")]
+        return [(NOTE, f"no {conf}: Slurm checks skipped (not a Slurm node, or pass --slurm-conf)")]
     except OSError as e:
         return [(PROBLEM, f"read {conf}: {e.strerror}")]
     out: list[Finding] = []
@@ -226,20 +308,35 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
         name = key.capitalize()
         want = f"jobns {sub}"
         if not script:
-            out.append((PROBLEM, f"{conf} has no {name}=; fix: {name}=/etc/jobns/slurm/{key} "
-                        f"(a script that execs {want}, README \"Deploying on a Slurm "
-                        "cluster\")"))
+            out.append(
+                (
+                    PROBLEM,
+                    f"{conf} has no {name}=; fix: {name}=/etc/jobns/slurm/{key} "
+                    f'(a script that execs {want}, README "Deploying on a Slurm '
+                    'cluster")',
+                )
+            )
             continue
         found = [p for p in script.split(",") if _runs(p.strip(), sub)]
         if found:
             out.append((OK, f"{name}={script} runs {want}"))
         else:
-            out.append((PROBLEM, f"{name}={script} does not run {want} (or is not a root-owned "
-                        f"executable); fix: make it exec /opt/jobns/venv/bin/jobns {sub} "
-                        f"--job-id \"$SLURM_JOB_ID\""))
+            out.append(
+                (
+                    PROBLEM,
+                    f"{name}={script} does not run {want} (or is not a root-owned "
+                    f"executable); fix: make it exec /opt/jobns/venv/bin/jobns {sub} "
+                    f'--job-id "$SLURM_JOB_ID"',
+                )
+            )
     if values.get("jobcontainertype", "").endswith("tmpfs"):
-        out.append((NOTE, "JobContainerType=job_container/tmpfs is set too: Slurm's own "
-                    "private /tmp then sits under jobns's"))
+        out.append(
+            (
+                NOTE,
+                "JobContainerType=job_container/tmpfs is set too: Slurm's own "
+                "private /tmp then sits under jobns's",
+            )
+        )
     plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
     out += spank(plugstack, enforce)
     return out
@@ -286,28 +383,47 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 pending += sorted(glob.glob(words[1]))
             elif len(words) >= 2 and words[0] in ("required", "optional"):
                 lines.append(line)
-    plugins = [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith(
-        "jobns")]
+    plugins = [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith("jobns")]
     if not plugins:
         if enforce:
-            return [(PROBLEM, f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
-                     "plugin: jobs get root's namespaces that no task enters; fix: add "
-                     "'required /opt/jobns/lib/jobns_spank.so' to it (README \"Enforced by "
-                     "Slurm\"), or unset enforce")]
-        return [(NOTE, f"no jobns SPANK plugin in {plugstack} (optional: the Prolog/Epilog "
-                 "pair and jobns run are the whole deployment)")]
+            return [
+                (
+                    PROBLEM,
+                    f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
+                    "plugin: jobs get root's namespaces that no task enters; fix: add "
+                    "'required /opt/jobns/lib/jobns_spank.so' to it (README \"Enforced by "
+                    'Slurm"), or unset enforce',
+                )
+            ]
+        return [
+            (
+                NOTE,
+                f"no jobns SPANK plugin in {plugstack} (optional: the Prolog/Epilog "
+                "pair and jobns run are the whole deployment)",
+            )
+        ]
     out: list[Finding] = []
     if not enforce:
-        out.append((PROBLEM, f"{plugstack} loads the jobns SPANK plugin, but the config does "
-                    "not say [slurm] enforce = true: every task fails; fix: set it in "
-                    "jobns.toml on this node"))
+        out.append(
+            (
+                PROBLEM,
+                f"{plugstack} loads the jobns SPANK plugin, but the config does "
+                "not say [slurm] enforce = true: every task fails; fix: set it in "
+                "jobns.toml on this node",
+            )
+        )
     for so in plugins:
         if os.path.isfile(so):
             out.append((OK, f"SPANK plugin {so} (named in {plugstack})"))
         else:
-            out.append((PROBLEM, f"{plugstack} names the SPANK plugin {so}, which does not "
-                        "exist (slurmd will fail for 'required' lines); fix: install it, or "
-                        "remove the line"))
+            out.append(
+                (
+                    PROBLEM,
+                    f"{plugstack} names the SPANK plugin {so}, which does not "
+                    "exist (slurmd will fail for 'required' lines); fix: install it, or "
+                    "remove the line",
+                )
+            )
     return out
 
 
@@ -315,9 +431,18 @@ def cdi(directory: str, configured: bool = False) -> list[Finding]:
     """Container Device Interface specs are root's to write: a spec can add any mount and
     hook to a container. configured: it is [cdi] dir, where jobns setup writes each job's
     spec (launcher.cdi)."""
-    off = [] if configured else [(NOTE, "CDI is off ([cdi] dir unset): set it (e.g. "
-                                  "/var/run/cdi) to give containers a job's directories "
-                                  "through --device jobns.dev/job=JOB-ID")]
+    off = (
+        []
+        if configured
+        else [
+            (
+                NOTE,
+                "CDI is off ([cdi] dir unset): set it (e.g. "
+                "/var/run/cdi) to give containers a job's directories "
+                "through --device jobns.dev/job=JOB-ID",
+            )
+        ]
+    )
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
@@ -325,25 +450,36 @@ def cdi(directory: str, configured: bool = False) -> list[Finding]:
             parent = os.path.dirname(directory.rstrip("/")) or "/"
             if os.path.isdir(parent):
                 return [(OK, f"CDI directory {directory}: made by the first jobns setup")]
-            return [(PROBLEM, f"CDI directory {directory} ([cdi] dir) cannot be made: "
-                     f"{parent} does not exist; fix: create it, or change [cdi] dir")]
+            return [
+                (
+                    PROBLEM,
+                    f"CDI directory {directory} ([cdi] dir) cannot be made: "
+                    f"{parent} does not exist; fix: create it, or change [cdi] dir",
+                )
+            ]
         return [*off, (NOTE, f"no CDI directory {directory}")]
     except OSError as e:
         return [(PROBLEM, f"CDI directory {directory}: {e.strerror}")]
     if not stat.S_ISDIR(st.st_mode):
         return [(PROBLEM, f"CDI directory {directory} is not a directory; fix: remove it")]
     if st.st_uid != 0 or st.st_mode & 0o022:
-        return [(PROBLEM, f"CDI directory {directory} is writable by others than root (uid "
-                 f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}): a user could add mounts "
-                 f"and hooks to containers; fix: chown root {directory} && chmod 0755 "
-                 f"{directory}")]
+        return [
+            (
+                PROBLEM,
+                f"CDI directory {directory} is writable by others than root (uid "
+                f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}): a user could add mounts "
+                f"and hooks to containers; fix: chown root {directory} && chmod 0755 "
+                f"{directory}",
+            )
+        ]
     specs = sum(1 for n in os.listdir(directory) if n.startswith("jobns-"))
     where = " ([cdi] dir: jobns setup writes each job's spec here)" if configured else ""
     return [*off, (OK, f"CDI directory {directory}: root's{where}; {specs} jobns spec(s)")]
 
 
-def check(config: config_mod.Config, slurm_conf: str, cdi_dir: str,
-          cdi_configured: bool = False) -> list[Finding]:
+def check(
+    config: config_mod.Config, slurm_conf: str, cdi_dir: str, cdi_configured: bool = False
+) -> list[Finding]:
     found: list[Finding] = []
     found += kernel()
     found += loop_devices()
@@ -361,8 +497,7 @@ def main(opts: Options, _command: list[str]) -> int:
 
     require_root("doctor")
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
-    slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF")
-                     or DEFAULT_SLURM_CONF)
+    slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
     from launcher.cdi import settings
 
     cdi_conf = settings(config)

@@ -35,8 +35,10 @@ def printable_path(path: str, what: str) -> str:
     surrogate cannot be a path)."""
     if path.isprintable() and "\x00" not in path:
         return path
-    raise JobnsError(f"{what} {path!r}: the path has a control character, a NUL or a lone "
-                     "surrogate; name a plain path")
+    raise JobnsError(
+        f"{what} {path!r}: the path has a control character, a NUL or a lone "
+        "surrogate; name a plain path"
+    )
 
 
 def describe_oserror(op: str, path: str, err: OSError) -> str:

@@ -112,8 +112,13 @@ def close_fds(keep: Iterable[int], inherit: bool) -> None:
             pass  # the listing's own directory fd, closed meanwhile
 
 
-def spawn(work: Callable[[], None], keep: Iterable[int] = (), *, inherit: bool = False,
-          before: Callable[[], None] | None = None) -> Child:
+def spawn(
+    work: Callable[[], None],
+    keep: Iterable[int] = (),
+    *,
+    inherit: bool = False,
+    before: Callable[[], None] | None = None,
+) -> Child:
     """Fork a child that closes all fds but `keep` (and its report pipe), runs work()
     and exits 0; `before` runs first, before the fds are closed (e.g. setpgid)."""
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)

@@ -43,8 +43,9 @@ def open_base(path: str, what: str) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise JobnsError(f"open {what} {path}: {e.strerror}; create it or set {what} in "
-                         "the config") from None
+        raise JobnsError(
+            f"open {what} {path}: {e.strerror}; create it or set {what} in the config"
+        ) from None
 
 
 def open_dir(dir_fd: int, name: str, path: str) -> int:
@@ -53,18 +54,25 @@ def open_dir(dir_fd: int, name: str, path: str) -> int:
         return os.open(name, O_DIR, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise JobnsError(f"refuse {path}: it is a symbolic link, not a directory jobns "
-                             "made; remove it or use another job id") from None
+            raise JobnsError(
+                f"refuse {path}: it is a symbolic link, not a directory jobns "
+                "made; remove it or use another job id"
+            ) from None
         if e.errno == errno.ENOTDIR:
             # O_DIRECTORY reports a symlink as ENOTDIR before O_NOFOLLOW can say ELOOP.
             if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                raise JobnsError(f"refuse {path}: it is a symbolic link, not a directory "
-                                 "jobns made; remove it or use another job id") from None
-            raise JobnsError(f"refuse {path}: it exists and is not a directory; remove it "
-                             "or use another job id") from None
+                raise JobnsError(
+                    f"refuse {path}: it is a symbolic link, not a directory "
+                    "jobns made; remove it or use another job id"
+                ) from None
+            raise JobnsError(
+                f"refuse {path}: it exists and is not a directory; remove it or use another job id"
+            ) from None
         if e.errno != errno.ENOENT:  # ENOENT is the caller's to handle (create it)
-            raise JobnsError(f"open {path}: {e.strerror} (jobns needs root's usual "
-                             "privileges, or the job user's own directory)") from None
+            raise JobnsError(
+                f"open {path}: {e.strerror} (jobns needs root's usual "
+                "privileges, or the job user's own directory)"
+            ) from None
         raise
 
 
@@ -74,7 +82,8 @@ def _check(fd: int, path: str, uid: int, mode: int) -> None:
         raise JobnsError(
             f"refuse {path}: it exists with owner uid {st.st_uid} and mode "
             f"{stat.S_IMODE(st.st_mode):04o}, not what jobns makes (uid {uid}, mode {mode:04o}); "
-            "remove it or use another job id")
+            "remove it or use another job id"
+        )
 
 
 def _owner_fix(fd: int, uid: int, gid: int) -> None:
@@ -91,7 +100,7 @@ class TreeHandle:
         self.tree = tree
         self.parent_fds = parent_fds  # base first; the last one holds the tree root
         self.fd = fd
-        self.created = created        # made by this call (not found in place)
+        self.created = created  # made by this call (not found in place)
 
     def child_path(self, child: str) -> str:
         return f"{self.tree.path}/{child}" if child else self.tree.path
@@ -126,8 +135,7 @@ def reopen(handle: TreeHandle, child: str, expected: tuple[int, int]) -> tuple[i
         st = os.fstat(fd)
     except FileNotFoundError:
         os.close(fd)
-        raise UserError(f"refuse {path}: it was removed while the job was being set up"
-                        ) from None
+        raise UserError(f"refuse {path}: it was removed while the job was being set up") from None
     except JobnsError as e:
         os.close(fd)
         raise UserError(str(e)) from None
@@ -140,12 +148,13 @@ def reopen(handle: TreeHandle, child: str, expected: tuple[int, int]) -> tuple[i
     return fd, path
 
 
-MOVED = "~moved-"      # a squatter's entry, moved aside: <name>~moved-<hex>
+MOVED = "~moved-"  # a squatter's entry, moved aside: <name>~moved-<hex>
 RETIRED = "~removing-"  # a tree teardown could not empty (a writer outside the job)
 
 
-def move_aside(parent_fd: int, name: str, path: str, aside: list[str],
-               as_name: str | None = None) -> None:
+def move_aside(
+    parent_fd: int, name: str, path: str, aside: list[str], as_name: str | None = None
+) -> None:
     """Rename an entry jobns did not make out of the way, in the same directory, keeping
     its owner, mode and content: a squatter never blocks, receives or loses anything.
     '~' is never part of a job id, so the new name is nobody's job directory. as_name:
@@ -159,8 +168,9 @@ def move_aside(parent_fd: int, name: str, path: str, aside: list[str],
             return  # gone meanwhile: nothing to move
         except OSError as e:
             if e.errno != errno.EBUSY:
-                raise JobnsError(f"move {path} aside (it is not what jobns makes for this "
-                                 f"job): {e.strerror}") from None
+                raise JobnsError(
+                    f"move {path} aside (it is not what jobns makes for this job): {e.strerror}"
+                ) from None
             # A mount point (her FUSE mount on a future job's directory): detach it first,
             # through an fd that never touches her file system.
             detach_at(parent_fd, name)
@@ -171,8 +181,10 @@ def move_aside(parent_fd: int, name: str, path: str, aside: list[str],
         who = f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
     except OSError:
         who = "owner unknown"
-    aside.append(f"moved {path} aside to {new}: it was not made by jobns for this job "
-                 f"({who}); its owner finds it there")
+    aside.append(
+        f"moved {path} aside to {new}: it was not made by jobns for this job "
+        f"({who}); its owner finds it there"
+    )
 
 
 def detach_at(parent_fd: int, name: str) -> bool:
@@ -195,8 +207,9 @@ def _mounted_at_or_below(path: str) -> bool:
     return bool(mountinfo.under(path))
 
 
-def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
-                     aside: list[str] | None = None) -> int:
+def ensure_plain_dir(
+    parent_fd: int, name: str, path: str, uid: int, gid: int, aside: list[str] | None = None
+) -> int:
     """Make-or-verify one directory (mode TOP_MODE, owned by uid) and open it. With
     `aside` (root's setup), anything else found there is moved aside, not refused.
 
@@ -250,8 +263,9 @@ def ensure_plain_dir(parent_fd: int, name: str, path: str, uid: int, gid: int,
     raise JobnsError(f"create {path}: it kept disappearing while being set up; try again")
 
 
-def _swap_in_dir(parent_fd: int, tmp: str, name: str, path: str, uid: int,
-                 aside: list[str]) -> None:
+def _swap_in_dir(
+    parent_fd: int, tmp: str, name: str, path: str, uid: int, aside: list[str]
+) -> None:
     """ensure_plain_dir's _swap_in: ours in place of what appeared at `name`, which is
     moved aside, unless it is another node's good job-ID/ (then it stays, ours goes)."""
     try:
@@ -284,8 +298,7 @@ def _create_failed(path: str, e: OSError) -> str:
     return f"create {path}: {e.strerror}; {hint}"
 
 
-def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int, root_owned: bool = False
-                ) -> str:
+def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int, root_owned: bool = False) -> str:
     """Make the whole tree under a temporary name; return that name. root_owned: the
     tree root stays root's (a capacity file system is mounted on it next, and a root
     entry in a sticky base cannot be renamed away by the user meanwhile)."""
@@ -326,8 +339,10 @@ def _verify_tree(fd: int, tree: Tree, uid: int) -> None:
         try:
             cfd = open_dir(fd, child, cpath)
         except FileNotFoundError:
-            raise JobnsError(f"refuse {tree.path}: it exists but has no {child}/, so jobns "
-                             "did not make it; remove it or use another job id") from None
+            raise JobnsError(
+                f"refuse {tree.path}: it exists but has no {child}/, so jobns "
+                "did not make it; remove it or use another job id"
+            ) from None
         try:
             _check(cfd, cpath, uid, SCRATCH_MODE)
         finally:
@@ -343,9 +358,16 @@ def _still_linked(parent_fd: int, name: str, fd: int) -> bool:
     return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
-                 lock: bool = True, aside: list[str] | None = None, fresh: bool = False
-                 ) -> TreeHandle:
+def acquire_tree(
+    tree: Tree,
+    uid: int,
+    gid: int,
+    *,
+    create: bool = True,
+    lock: bool = True,
+    aside: list[str] | None = None,
+    fresh: bool = False,
+) -> TreeHandle:
     """Create or verify a tree, open it and (with lock) hold a shared flock on it.
 
     aside (root's setup): an entry at the tree's place (or a parent's) that is not
@@ -358,7 +380,7 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
     fds = [base_fd]
     try:
         for i, part in enumerate(tree.parents):
-            sub = f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"
+            sub = f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
             fds.append(ensure_plain_dir(fds[-1], part, sub, uid, gid, aside))
         parent = fds[-1]
         created = False
@@ -372,8 +394,10 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                 fd = open_dir(parent, tree.name, tree.path)
             except FileNotFoundError:
                 if not create:
-                    raise JobnsError(f"open {tree.path}: no such directory; was the job set "
-                                     "up on this node (jobns setup)?") from None
+                    raise JobnsError(
+                        f"open {tree.path}: no such directory; was the job set "
+                        "up on this node (jobns setup)?"
+                    ) from None
                 tmp = _build_temp(parent, tree, uid, gid, root_owned=fresh)
                 try:
                     libc.rename_noreplace(parent, tmp, tree.name)
@@ -393,8 +417,9 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                     raise
                 # Not ours (a symlink, a file, someone else's directory): ours goes in its
                 # place in one atomic swap, so a squatter in a loop cannot win the race.
-                created = _swap_in(parent, _build_temp(parent, tree, uid, gid, fresh), tree,
-                                   uid, aside)
+                created = _swap_in(
+                    parent, _build_temp(parent, tree, uid, gid, fresh), tree, uid, aside
+                )
                 continue
             if fresh and created:
                 return TreeHandle(tree, fds, fd, created)  # root-owned until its mount
@@ -415,15 +440,23 @@ def acquire_tree(tree: Tree, uid: int, gid: int, *, create: bool = True,
                 os.close(fd)
                 if aside is None:
                     raise
-                created = _swap_in(parent, _build_temp(parent, tree, uid, gid, fresh), tree,
-                                   uid, aside, keep_legit=False)
+                created = _swap_in(
+                    parent,
+                    _build_temp(parent, tree, uid, gid, fresh),
+                    tree,
+                    uid,
+                    aside,
+                    keep_legit=False,
+                )
                 continue
             except BaseException:
                 os.close(fd)
                 raise
             return TreeHandle(tree, fds, fd, created)
-        raise JobnsError(f"create {tree.path}: it kept disappearing while being set up "
-                         "(another task of the job removing it?); try again")
+        raise JobnsError(
+            f"create {tree.path}: it kept disappearing while being set up "
+            "(another task of the job removing it?); try again"
+        )
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -450,8 +483,9 @@ def _share_lock(fd: int, path: str, bounded: bool) -> None:
             time.sleep(0.05)
 
 
-def _swap_in(parent: int, tmp: str, tree: Tree, uid: int, aside: list[str],
-             keep_legit: bool = True) -> bool:
+def _swap_in(
+    parent: int, tmp: str, tree: Tree, uid: int, aside: list[str], keep_legit: bool = True
+) -> bool:
     """Put our complete tree (at tmp) in place of whatever is at its name, and move that
     aside; unless (keep_legit) it is a tree jobns made for this user meanwhile (a
     concurrent task of the job), which is put back and used. True if ours is in place."""
@@ -525,8 +559,13 @@ def _walk(tree: Tree) -> list[int]:
     fds = [open_base(tree.base, f"{tree.role} base")]
     try:
         for i, part in enumerate((*tree.parents, tree.name)):
-            fds.append(open_dir(fds[-1], part,
-                                f"{tree.base.rstrip('/')}/{'/'.join(tree.rel.split('/')[:i + 1])}"))
+            fds.append(
+                open_dir(
+                    fds[-1],
+                    part,
+                    f"{tree.base.rstrip('/')}/{'/'.join(tree.rel.split('/')[: i + 1])}",
+                )
+            )
     except (FileNotFoundError, JobnsError):
         pass
     return fds
@@ -564,16 +603,20 @@ def detach_mounts(tree: Tree, keep_source: str) -> list[str]:
             continue
         if any(m.point.startswith(d + "/") for d in done):
             continue  # went with a mount above it
-        parts = [tree.name, *[p for p in m.point[len(top):].split("/") if p]]
+        parts = [tree.name, *[p for p in m.point[len(top) :].split("/") if p]]
         fds = _walk_parents(tree)
         try:
             if len(fds) != len(tree.parents) + 1:
                 break  # the tree's parent is gone
             for part in parts[:-1]:
-                fds.append(os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
-                                   | os.O_CLOEXEC, dir_fd=fds[-1]))
-            fds.append(os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
-                               dir_fd=fds[-1]))
+                fds.append(
+                    os.open(
+                        part,
+                        os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=fds[-1],
+                    )
+                )
+            fds.append(os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1]))
             libc.umount2(f"/proc/self/fd/{fds[-1]}", libc.MNT_DETACH)
             done.append(m.point)
         except OSError:
@@ -589,8 +632,11 @@ def _walk_parents(tree: Tree) -> list[int]:
     fds = [open_base(tree.base, f"{tree.role} base")]
     try:
         for i, part in enumerate(tree.parents):
-            fds.append(open_dir(fds[-1], part,
-                                f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"))
+            fds.append(
+                open_dir(
+                    fds[-1], part, f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
+                )
+            )
     except (FileNotFoundError, JobnsError):
         pass
     return fds
@@ -607,8 +653,11 @@ def remove_recorded(tree: Tree) -> list[str]:
     try:
         fds.append(open_base(tree.base, f"{tree.role} base"))
         for i, part in enumerate(tree.parents):
-            fds.append(open_dir(fds[-1], part,
-                                f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[:i + 1])}"))
+            fds.append(
+                open_dir(
+                    fds[-1], part, f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
+                )
+            )
     except FileNotFoundError:
         for fd in fds:
             os.close(fd)
@@ -655,8 +704,7 @@ def _prune_parents(tree: Tree, parent_fds: list[int]) -> list[str]:
             os.rmdir(tree.parents[depth - 1], dir_fd=parent_fds[depth - 1])
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                errors.append(f"remove {tree.base}/{'/'.join(tree.parents[:depth])}: "
-                              f"{e.strerror}")
+                errors.append(f"remove {tree.base}/{'/'.join(tree.parents[:depth])}: {e.strerror}")
             break
     return errors
 

@@ -33,9 +33,23 @@ from launcher.lifecycle import finish, recover_one, require_root
 from launcher.plan import Tree
 from launcher.record import Record
 
-ALIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
-                "REQUEUED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
-                "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE"}
+ALIVE_STATES = {
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "RESIZING",
+    "REQUEUED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+    "RESV_DEL_HOLD",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "POWER_UP_NODE",
+}
 TEMP_MAX_AGE = 3600.0
 SQUEUE_CHUNK = 200  # job ids per squeue call
 
@@ -49,7 +63,7 @@ def slurm_job_states(job_ids: list[str]) -> dict[str, str] | None:
     states: dict[str, str] = {}
     numeric = [j for j in job_ids if j.isdigit()]  # anything else is no Slurm job id
     for i in range(0, len(numeric), SQUEUE_CHUNK):
-        chunk = numeric[i:i + SQUEUE_CHUNK]
+        chunk = numeric[i : i + SQUEUE_CHUNK]
         got = _squeue(chunk)
         if got is None and len(chunk) > 1:
             # The query failed as a whole (squeue does when an id is unknown, e.g. a lone
@@ -70,9 +84,13 @@ def _squeue(job_ids: list[str]) -> dict[str, str] | None:
     """{id: state} from one squeue call; {} for a lone id the controller does not know;
     None when the call failed."""
     try:
-        r = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-j", ",".join(job_ids),
-                            "-o", "%A %T"], capture_output=True, text=True, timeout=30,
-                           check=False)
+        r = subprocess.run(
+            ["squeue", "-h", "-a", "-t", "all", "-j", ",".join(job_ids), "-o", "%A %T"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:
@@ -84,8 +102,13 @@ def _squeue(job_ids: list[str]) -> dict[str, str] | None:
     return out
 
 
-def say(text: str, job_id: str | None = None, user: str | None = None,
-        level: str = "", dry: bool = False) -> None:
+def say(
+    text: str,
+    job_id: str | None = None,
+    user: str | None = None,
+    level: str = "",
+    dry: bool = False,
+) -> None:
     """A line of gc's report (stdout); also to syslog (launcher.log) unless it is a dry
     run."""
     print(text)
@@ -98,8 +121,7 @@ def say(text: str, job_id: str | None = None, user: str | None = None,
 def dead_by_record(state_dir: str, job_id: str, record: Record) -> bool:
     if record.state in ("teardown", "teardown-fail", "complete"):
         return True
-    if record.state in ("pending", "staging-in", "staged-in", "pre-run", "post-run",
-                           "staging-out"):
+    if record.state in ("pending", "staging-in", "staged-in", "pre-run", "post-run", "staging-out"):
         # An interrupted setup or epilog (or a stage-out kept after a failure): a live one
         # holds the job lock.
         try:
@@ -126,11 +148,17 @@ def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
             record = records.load(config.state_dir, job_id)
             if record is None or record.state == "running":
                 return 0
-            say(f"{'would recover' if dry else 'recovering'} job {job_id} (alive in Slurm, "
-                f"interrupted in state {record.state})", job_id, record.user_name, dry=dry)
+            say(
+                f"{'would recover' if dry else 'recovering'} job {job_id} (alive in Slurm, "
+                f"interrupted in state {record.state})",
+                job_id,
+                record.user_name,
+                dry=dry,
+            )
             if not dry:
-                say(f"job {job_id}: {recover_one(config, job_id, record)}", job_id,
-                    record.user_name)
+                say(
+                    f"job {job_id}: {recover_one(config, job_id, record)}", job_id, record.user_name
+                )
                 if not state.is_set_up(config.state_dir, job_id):
                     lock.release_and_remove()
     except JobnsError as e:
@@ -141,14 +169,15 @@ def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
     return 0
 
 
-def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[str]
-                     ) -> list[Tree]:
+def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[str]) -> list[Tree]:
     """job-* trees in the local and shm bases that look like jobns's, that no record (of
     any job in `jobs`, readable or not) names, and that nobody holds; plus temporary and
     retired trees."""
     found = []
-    for role, base, children in (("local", config.local_base, ("tmp", "var_tmp")),
-                                 ("shm", config.shm_base, ())):
+    for role, base, children in (
+        ("local", config.local_base, ("tmp", "var_tmp")),
+        ("shm", config.shm_base, ()),
+    ):
         try:
             names = os.listdir(base)
         except OSError:
@@ -212,24 +241,36 @@ def main(opts: Options, _command: list[str]) -> int:
             record = records.load(config.state_dir, job_id)
         except JobnsError as e:
             # Unreadable is not dead: its trees may be a running job's. Kept for the admin.
-            say(f"jobns gc: job {job_id}: damaged record kept, nothing of the job removed "
-                f"(inspect it, then jobns teardown --job-id {job_id} --force): {e}", job_id,
-                level="error", dry=dry)
+            say(
+                f"jobns gc: job {job_id}: damaged record kept, nothing of the job removed "
+                f"(inspect it, then jobns teardown --job-id {job_id} --force): {e}",
+                job_id,
+                level="error",
+                dry=dry,
+            )
             problems += 1
             continue
         if record is None:
             if os.path.isdir(state.job_dir(config.state_dir, job_id)):
                 # A job directory without its record (deleted?): not proven dead either.
-                say(f"jobns gc: job {job_id}: its state directory has no record; kept, "
+                say(
+                    f"jobns gc: job {job_id}: its state directory has no record; kept, "
                     "nothing of the job removed (inspect it, then jobns teardown --job-id "
-                    f"{job_id} --force)", job_id, level="error", dry=dry)
+                    f"{job_id} --force)",
+                    job_id,
+                    level="error",
+                    dry=dry,
+                )
                 problems += 1
             continue
         recorded_paths |= {t.tree.path for t in record.trees}
         # Only a numeric id can be a Slurm job's; any other is judged by its record.
         by_slurm = alive is not None and job_id.isdigit()
-        dead = job_id not in alive if alive is not None and by_slurm else \
-            dead_by_record(config.state_dir, job_id, record)
+        dead = (
+            job_id not in alive
+            if alive is not None and by_slurm
+            else dead_by_record(config.state_dir, job_id, record)
+        )
         if not dead:
             if by_slurm and record.state not in ("running", state.REFUSED):
                 problems += recover_live(config, job_id, dry)
@@ -239,11 +280,20 @@ def main(opts: Options, _command: list[str]) -> int:
         if by_slurm and slurm is not None and job_id not in slurm:
             summary["unknown_to_slurm"] += 1
             why = "unknown to Slurm"
-            say(f"jobns gc: warning: Slurm does not know job {job_id} (not a Slurm job, or it "
+            say(
+                f"jobns gc: warning: Slurm does not know job {job_id} (not a Slurm job, or it "
                 f"ended more than MinJobAge ago); {'it would be' if dry else 'it is'} removed",
-                job_id, record.user_name, level="warning", dry=dry)
-        say(f"{'would remove' if dry else 'removing'} job {job_id} ({why})", job_id,
-            record.user_name, dry=dry)
+                job_id,
+                record.user_name,
+                level="warning",
+                dry=dry,
+            )
+        say(
+            f"{'would remove' if dry else 'removing'} job {job_id} ({why})",
+            job_id,
+            record.user_name,
+            dry=dry,
+        )
         if dry:
             continue
         try:
@@ -269,8 +319,11 @@ def main(opts: Options, _command: list[str]) -> int:
     from launcher import cdi
 
     for job_id in cdi.orphans(config, lambda: set(state.list_jobs(config.state_dir))):
-        say(f"{'would remove' if dry else 'removing'} the CDI spec of job {job_id} (no job "
-            "record)", job_id, dry=dry)
+        say(
+            f"{'would remove' if dry else 'removing'} the CDI spec of job {job_id} (no job record)",
+            job_id,
+            dry=dry,
+        )
         for err in [] if dry else cdi.remove(config, job_id):
             say(f"jobns gc: {err}", level="error")
             problems += 1

@@ -43,15 +43,24 @@ def job_from(opts: Options, environ: dict[str, str]) -> Job:
     user = user_from(str(opts["user"]) if opts.get("user") else None, environ)
     shared = opts.get("use_shared_tmpdir")
     nspace, rank = pmix_identity(job_id, environ)
-    return Job(job_id, user, hostname(), layout_from(None if shared is None else str(shared)),
-               bool(opts.get("no_rm_tmpdir")), nspace, rank)
+    return Job(
+        job_id,
+        user,
+        hostname(),
+        layout_from(None if shared is None else str(shared)),
+        bool(opts.get("no_rm_tmpdir")),
+        nspace,
+        rank,
+    )
 
 
 def config_from_run_env(values: dict[str, str]) -> Config:
     raw: dict[str, object] = {}
     if "arc.scratchdir" in values:
-        raw["arc"] = {"shared_filesystem": bool(values["arc.shared_filesystem"]),
-                      "scratchdir": values["arc.scratchdir"],
-                      "movetool": values["arc.movetool"],
-                      "shared_scratch": values["arc.shared_scratch"]}
+        raw["arc"] = {
+            "shared_filesystem": bool(values["arc.shared_filesystem"]),
+            "scratchdir": values["arc.scratchdir"],
+            "movetool": values["arc.movetool"],
+            "shared_scratch": values["arc.shared_scratch"],
+        }
     return config_mod.Config(raw, "jobns setup")

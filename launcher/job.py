@@ -21,11 +21,12 @@ def safe_component(value: str, what: str, fix: str, limit: int = MAX_COMPONENT) 
     if not value:
         raise JobnsError(f"{what} is empty; {fix}")
     if len(value) > limit:
-        raise JobnsError(f"{what} {value[:40]!r}... is longer than {limit} characters; "
-                         f"{fix}")
+        raise JobnsError(f"{what} {value[:40]!r}... is longer than {limit} characters; {fix}")
     if value in (".", "..") or not set(value) <= _SAFE:
-        raise JobnsError(f"{what} {value!r} is not a safe path component (letters, digits, "
-                         f"'.', '_', '-' only, not '.' or '..'); {fix}")
+        raise JobnsError(
+            f"{what} {value!r} is not a safe path component (letters, digits, "
+            f"'.', '_', '-' only, not '.' or '..'); {fix}"
+        )
     return value
 
 
@@ -68,11 +69,11 @@ def lookup_user(spec: str) -> User:
 
     try:
         # isascii(): '²' is a digit to str.isdigit but no number to int().
-        pw = pwd.getpwuid(int(spec)) if spec.isascii() and spec.isdigit() else \
-            pwd.getpwnam(spec)
+        pw = pwd.getpwuid(int(spec)) if spec.isascii() and spec.isdigit() else pwd.getpwnam(spec)
     except (KeyError, OverflowError, ValueError):  # ValueError: a NUL or a lone surrogate
-        raise JobnsError(f"look up user {spec!r}: no such user (check --user, "
-                         "SLURM_JOB_USER or SLURM_JOB_UID)") from None
+        raise JobnsError(
+            f"look up user {spec!r}: no such user (check --user, SLURM_JOB_USER or SLURM_JOB_UID)"
+        ) from None
     # getgrouplist asks NSS for this one user (no enumeration of a site's LDAP).
     groups = tuple(sorted(set(os.getgrouplist(pw.pw_name, pw.pw_gid))))
     return User(pw.pw_name, pw.pw_uid, pw.pw_gid, groups, pw.pw_dir)
@@ -96,8 +97,16 @@ class Job:
 
     __slots__ = ("hostname", "job_id", "layout", "no_rm", "nspace", "rank", "user")
 
-    def __init__(self, job_id: str, user: User, hostname: str, layout: str = "local",
-                 no_rm: bool = False, nspace: str = "", rank: str = "0") -> None:
+    def __init__(
+        self,
+        job_id: str,
+        user: User,
+        hostname: str,
+        layout: str = "local",
+        no_rm: bool = False,
+        nspace: str = "",
+        rank: str = "0",
+    ) -> None:
         if layout not in LAYOUTS:
             raise JobnsError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         self.job_id = job_id
@@ -123,8 +132,10 @@ def user_from(flag: str | None, environ: dict[str, str]) -> User:
         return current_user()
     user = lookup_user(spec)
     if os.getuid() != 0 and user.uid != os.getuid():
-        raise JobnsError(f"run as user {user.name!r}: only root may run a job for another user "
-                         f"(you are uid {os.getuid()}); drop --user or run jobns as root")
+        raise JobnsError(
+            f"run as user {user.name!r}: only root may run a job for another user "
+            f"(you are uid {os.getuid()}); drop --user or run jobns as root"
+        )
     if user.uid == os.getuid():
         # The caller's own credentials are the truth (e.g. groups granted by newgrp).
         return current_user() if os.getuid() != 0 else user
@@ -156,8 +167,9 @@ def pmix_identity(job_id: str, environ: dict[str, str]) -> tuple[str, str]:
     nspace = nspace or f"jobns.{job_id}"
     rank = environ.get("PMIX_RANK") or environ.get("SLURM_PROCID") or "0"
     # PMIx allows 255 characters (PMIX_MAX_NSLEN): a job id of 128 with jobns.'s prefix fits.
-    safe_component(nspace, "PMIx namespace", "check PMIX_NAMESPACE / SLURM_STEP_ID",
-                   limit=PMIX_MAX_NSLEN)
+    safe_component(
+        nspace, "PMIx namespace", "check PMIX_NAMESPACE / SLURM_STEP_ID", limit=PMIX_MAX_NSLEN
+    )
     if not (rank.isascii() and rank.isdigit()):
         raise JobnsError(f"PMIx rank {rank!r} is not a number (check PMIX_RANK / SLURM_PROCID)")
     return nspace, rank

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from launcher.job import Job
 
 UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
-CGROUPS = ("/sys/fs/cgroup/system.slice/slurmstepd.scope/job_%j/memory.max",
-           "/sys/fs/cgroup/memory/slurm/uid_%u/job_%j/memory.limit_in_bytes")
+CGROUPS = (
+    "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_%j/memory.max",
+    "/sys/fs/cgroup/memory/slurm/uid_%u/job_%j/memory.limit_in_bytes",
+)
 
 
 def requested(config: Config, job: Job) -> dict[str, int]:
@@ -68,14 +70,22 @@ def slurm_tmp(job_id: str) -> int | None:
     if not job_id.isdigit() and "_" not in job_id:
         return None
     try:
-        r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
-                           text=True, timeout=10, check=False, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         sys.stderr.write(f"jobns: warning: scontrol show job {job_id}: {e}; no --tmp size\n")
         return None
     if r.returncode != 0:
-        sys.stderr.write(f"jobns: warning: scontrol show job {job_id}: "
-                         f"{r.stderr.strip() or r.returncode}; no --tmp size\n")
+        sys.stderr.write(
+            f"jobns: warning: scontrol show job {job_id}: "
+            f"{r.stderr.strip() or r.returncode}; no --tmp size\n"
+        )
         return None
     return parse_tmp(r.stdout)
 

@@ -71,7 +71,8 @@ def _no_default(obj: object) -> object:
 
 # json.dumps(..., sort_keys=True) with the default separators, as the C encoder does it.
 _encode = _json.make_encoder(
-    None, _no_default, _json.encode_basestring_ascii, None, ": ", ", ", True, False, False)
+    None, _no_default, _json.encode_basestring_ascii, None, ": ", ", ", True, False, False
+)
 
 
 def dumps(value: object) -> str:

@@ -57,6 +57,7 @@ def get_errno() -> int:
     errno_now: int = _C.get_errno()
     return errno_now
 
+
 # <sched.h>
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -96,11 +97,11 @@ def _b(s: str | None) -> bytes | None:
     return None if s is None else os.fsencode(s)
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int,
-          data: str | None = None) -> None:
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     if _mount(_b(source), _b(target), _b(fstype), flags, _b(data)) < 0:
-        raise oserror(f"mount({source!r} -> {target!r}, type={fstype!r}, flags={flags:#x})",
-                      target)
+        raise oserror(f"mount({source!r} -> {target!r}, type={fstype!r}, flags={flags:#x})", target)
 
 
 def umount2(target: str, flags: int = 0) -> None:
@@ -125,8 +126,7 @@ RENAME_EXCHANGE = 2
 
 def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
     """renameat2(RENAME_NOREPLACE) within one directory: EEXIST rather than replace."""
-    if _renameat2(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new),
-                       RENAME_NOREPLACE) < 0:
+    if _renameat2(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new), RENAME_NOREPLACE) < 0:
         raise oserror(f"rename {old!r} -> {new!r}", new)
 
 
@@ -146,8 +146,7 @@ def openat2(dir_fd: int, name: str, flags: int, resolve: int) -> int:
     which fails with EXDEV rather than enter a mount (and so never sends a request to a
     FUSE server mounted there). OSError(ENOSYS) on kernels without it."""
     how = flags.to_bytes(8, "little") + bytes(8) + resolve.to_bytes(8, "little")
-    fd = _syscall(_CLong(SYS_OPENAT2), _CLong(dir_fd), os.fsencode(name), how,
-                  _CLong(len(how)))
+    fd = _syscall(_CLong(SYS_OPENAT2), _CLong(dir_fd), os.fsencode(name), how, _CLong(len(how)))
     if fd < 0:
         raise oserror(f"openat2({name!r})", name)
     return fd

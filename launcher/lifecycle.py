@@ -93,16 +93,18 @@ def warn(msg: str, level: str = "warning") -> None:
 
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
-        role = {"setup": "a Slurm Prolog", "teardown": "a Slurm Epilog"}.get(what,
-                                                                             "an admin command")
+        role = {"setup": "a Slurm Prolog", "teardown": "a Slurm Epilog"}.get(
+            what, "an admin command"
+        )
         raise JobnsError(f"jobns {what} must run as root (it is {role})")
 
 
 # ------------------------------------------------------------------------- the request
 
 
-def gather_directives(opts: Options, environ: Mapping[str, str],
-                      config: Config | None = None) -> Directives | None:
+def gather_directives(
+    opts: Options, environ: Mapping[str, str], config: Config | None = None
+) -> Directives | None:
     """#JOBNS directives from --script, --directives and the Slurm job comment.
 
     Under Slurm a user's own environment never reaches the prolog, but the job's
@@ -161,8 +163,14 @@ def apply_directives(opts: Options, d: Directives | None) -> None:
 # ------------------------------------------------------------------------------ setup
 
 
-def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capacities | None,
-          staging: Staging | None) -> None:
+def setup(
+    config: Config,
+    job: Job,
+    plan: Plan,
+    kill_wait: float,
+    caps: Capacities | None,
+    staging: Staging | None,
+) -> None:
     """The prolog under the job lock: set the job up, or refuse it for a user's error."""
     state.ensure_state_dir(config.state_dir)
     _warn_propagation_once(config.state_dir)
@@ -174,10 +182,15 @@ def setup(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capaciti
             wanted = options_of(job, caps, staging)
             if old.options != wanted:
                 was = old.options or {}
-                diff = "; ".join(f"{k}: {_show(was.get(k))}, now {_show(wanted.get(k))}"
-                                 for k in sorted({*was, *wanted}) if was.get(k) != wanted.get(k))
-                raise JobnsError(f"setup job {job.job_id}: it is already set up on this node "
-                                 f"with other options ({diff}); run jobns teardown first")
+                diff = "; ".join(
+                    f"{k}: {_show(was.get(k))}, now {_show(wanted.get(k))}"
+                    for k in sorted({*was, *wanted})
+                    if was.get(k) != wanted.get(k)
+                )
+                raise JobnsError(
+                    f"setup job {job.job_id}: it is already set up on this node "
+                    f"with other options ({diff}); run jobns teardown first"
+                )
             if old.state == "running":
                 return  # idempotent: the prolog ran twice
             # An interrupted setup or epilog of the same job: finish it (nothing is lost:
@@ -226,8 +239,10 @@ def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> No
         if old is None:
             refuse(config, job, kill_wait, reason)
         elif old.state != state.REFUSED:
-            warn(f"setup {job.job_id}: {reason} (the job is already {old.state} on this "
-                 "node and stays so)")
+            warn(
+                f"setup {job.job_id}: {reason} (the job is already {old.state} on this "
+                "node and stays so)"
+            )
 
 
 def refuse(config: Config, job: Job, kill_wait: float, reason: str) -> None:
@@ -237,12 +252,19 @@ def refuse(config: Config, job: Job, kill_wait: float, reason: str) -> None:
     record.errors = [reason]
     records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, state.REFUSED, job.user.uid, reason)
-    warn(f"setup {job.job_id}: refused the job (a problem of its user's, not of this "
-         f"node): {reason}")
+    warn(
+        f"setup {job.job_id}: refused the job (a problem of its user's, not of this node): {reason}"
+    )
 
 
-def start(config: Config, job: Job, plan: Plan, kill_wait: float, caps: Capacities | None,
-          staging: Staging | None) -> Record:
+def start(
+    config: Config,
+    job: Job,
+    plan: Plan,
+    kill_wait: float,
+    caps: Capacities | None,
+    staging: Staging | None,
+) -> Record:
     """A fresh setup: persist the request, then run it to `running`; on failure the
     teardown runs (nothing is lost) and the error is raised again."""
     record = new_record(job, plan, kill_wait, config, caps, staging)
@@ -267,10 +289,15 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
             if errors:
                 for err in errors:
                     warn(f"setup {job_id}: {err}")
-                raise UserError(f"stage-in failed: {errors[0]}"
-                                + (f" (and {len(errors) - 1} more, listed in the prolog log)"
-                                   if len(errors) > 1 else "")
-                                + "; the inputs are back in the session directory")
+                raise UserError(
+                    f"stage-in failed: {errors[0]}"
+                    + (
+                        f" (and {len(errors) - 1} more, listed in the prolog log)"
+                        if len(errors) > 1
+                        else ""
+                    )
+                    + "; the inputs are back in the session directory"
+                )
         records.enter(state_dir, record, "staged-in")
         pre_run(config, record, job, plan, handles)
 
@@ -347,8 +374,15 @@ def _disk(config: Config) -> bool:
     return backing(config) == "disk"
 
 
-def _mount_image(config: Config, record: Record, rec: TreeRecord, handle: TreeHandle,
-                 job_id: str, uid: int, gid: int) -> None:
+def _mount_image(
+    config: Config,
+    record: Record,
+    rec: TreeRecord,
+    handle: TreeHandle,
+    job_id: str,
+    uid: int,
+    gid: int,
+) -> None:
     """A disk capacity (launcher.diskimage): the image is recorded before it is made, so
     teardown, recover and gc find it whatever step a crash interrupts."""
     from launcher import diskimage
@@ -362,8 +396,9 @@ def _mount_image(config: Config, record: Record, rec: TreeRecord, handle: TreeHa
     diskimage.mount(handle, rec.image, fstype, uid, gid)
 
 
-def pre_run(config: Config, record: Record, job: Job, plan: Plan,
-            handles: list[TreeHandle]) -> None:
+def pre_run(
+    config: Config, record: Record, job: Job, plan: Plan, handles: list[TreeHandle]
+) -> None:
     """pre-run -> running: pin the namespace, run the pre-run program, open the job."""
     state_dir, job_id = config.state_dir, job.job_id
     records.enter(state_dir, record, "pre-run")
@@ -374,9 +409,12 @@ def pre_run(config: Config, record: Record, job: Job, plan: Plan,
     failure = run_program(config, record, "pre-run")
     if failure is not None:
         raise JobnsError(f"setup job {job_id}: {failure}; the job is torn down")
-    state.write_run_env(state_dir, job_id, enforced_values(run_env_values(record, config),
-                                                           job, config.enforce),
-                        job.user.uid)
+    state.write_run_env(
+        state_dir,
+        job_id,
+        enforced_values(run_env_values(record, config), job, config.enforce),
+        job.user.uid,
+    )
     # Containers of the job through CDI (launcher.cdi): the spec names the trees verified
     # by these handles, and is written only now, when tasks may join.
     state.pause_point("cdi")
@@ -397,8 +435,9 @@ def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str
 
     env = job_environment(config_from_run_env(values), job)
     values = {**values, "enforced": "1"}
-    values.update((f"env.{k}", v) for k, v in sorted(env.items())
-                  if k not in ("PMIX_NSDIR", "PMIX_PROCDIR"))  # per step and rank
+    values.update(
+        (f"env.{k}", v) for k, v in sorted(env.items()) if k not in ("PMIX_NSDIR", "PMIX_PROCDIR")
+    )  # per step and rank
     return values
 
 
@@ -414,8 +453,9 @@ def abort(config: Config, job_id: str, record: Record, cause: BaseException) -> 
 # ----------------------------------------------------------------------------- epilog
 
 
-def finish(config: Config, job_id: str, record: Record, force: bool = False,
-           hurry: bool = False) -> None:
+def finish(
+    config: Config, job_id: str, record: Record, force: bool = False, hurry: bool = False
+) -> None:
     """The epilog from whatever state the job is in (see the module docstring).
 
     Raises UserError when the job's own stage-out failed (the outputs are kept), and
@@ -452,14 +492,18 @@ def finish(config: Config, job_id: str, record: Record, force: bool = False,
                 for err in errors:
                     warn(f"stage-out {job_id}: {err}")
                 _note_errors(state_dir, job_id, record, errors)
-                where = " and ".join(p for p in (staging.scratch_dir, staging.session_dir)
-                                     if p) if staging is not None else ""
+                where = (
+                    " and ".join(p for p in (staging.scratch_dir, staging.session_dir) if p)
+                    if staging is not None
+                    else ""
+                )
                 raise UserError(
                     f"stage-out of job {job_id} failed ({len(errors)} problem(s), listed "
                     f"above); the job is kept in staging-out and every output is whole in "
                     f"{where or 'the job directories'}: fix the problem and run jobns "
                     "teardown again (it resumes), or jobns teardown --hurry to discard what "
-                    "was not staged out")
+                    "was not staged out"
+                )
     teardown_locked(state_dir, job_id, record, force=force, hurry=hurry)
 
 
@@ -515,8 +559,12 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             if gone:
                 errors += fs.remove_recorded(tree)
         scratch_rec = record.scratch_record()
-        if scratch is not None and scratch_rec is not None and not keep_scratch \
-                and removable(scratch, scratch_rec.get("made", True) is True, record):
+        if (
+            scratch is not None
+            and scratch_rec is not None
+            and not keep_scratch
+            and removable(scratch, scratch_rec.get("made", True) is True, record)
+        ):
             _clear_the_way(scratch, job_id)
             errors += fs.remove_recorded(scratch)
         if held is not None and dev is not None and ino is not None:
@@ -539,8 +587,9 @@ def _clear_the_way(tree: Tree, job_id: str, keep: str | None = None) -> None:
     fs.seal(tree)  # again: a mount on the tree root hid the directory the first one saw
 
 
-def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = False,
-                    hurry: bool = False) -> None:
+def teardown_locked(
+    state_dir: str, job_id: str, record: Record, force: bool = False, hurry: bool = False
+) -> None:
     """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
     hurry: remove scratch without moving its content back (like scancel --hurry)."""
     if record.state not in ("teardown", "teardown-fail"):
@@ -565,11 +614,15 @@ def teardown_locked(state_dir: str, job_id: str, record: Record, force: bool = F
         warn(f"teardown {job_id}: {err}", level="error")
     if force:
         state.remove_job_dir(state_dir, job_id)
-        raise JobnsError(f"teardown job {job_id}: forgot its record (--force) although "
-                         f"{len(errors)} problem(s) remain (listed above); clean those by hand")
-    raise JobnsError(f"teardown job {job_id}: {len(errors)} problem(s) after {ATTEMPTS} "
-                     "attempts (listed above); the job is kept as teardown-fail: fix them and "
-                     "run jobns teardown again, or --force to forget it")
+        raise JobnsError(
+            f"teardown job {job_id}: forgot its record (--force) although "
+            f"{len(errors)} problem(s) remain (listed above); clean those by hand"
+        )
+    raise JobnsError(
+        f"teardown job {job_id}: {len(errors)} problem(s) after {ATTEMPTS} "
+        "attempts (listed above); the job is kept as teardown-fail: fix them and "
+        "run jobns teardown again, or --force to forget it"
+    )
 
 
 # ---------------------------------------------------------------------------- recover

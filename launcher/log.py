@@ -40,15 +40,15 @@ def outcome(code: int, error: str | None) -> None:
         log(f"failed (exit {code}): {error or 'see the messages above'}", level="error")
 
 
-def line(name: str, message: str, job_id: str | None = None,
-         user: str | None = None) -> str:
+def line(name: str, message: str, job_id: str | None = None, user: str | None = None) -> str:
     """The text of one log line (one line, bounded, whatever a message carried)."""
     who = "".join(f" {k}={v}" for k, v in (("job", job_id), ("user", user)) if v)
     return " ".join(f"{name}{who}: {message}".split())[:MAX_LINE]
 
 
-def log(message: str, job_id: str | None = None, user: str | None = None,
-        level: str = "info") -> None:
+def log(
+    message: str, job_id: str | None = None, user: str | None = None, level: str = "info"
+) -> None:
     """Send one line about job_id (default: the command's job); never fails (logging
     must not fail a prolog)."""
     global _opened, _user
@@ -79,12 +79,14 @@ def _send_test(path: str, priority: int, text: str) -> None:
 
     stamp = time.strftime("%b %e %H:%M:%S")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(f"<{syslog.LOG_DAEMON | priority}>{stamp} jobns[{os.getpid()}]: "
-                 f"{text}".encode(), path)
+        s.sendto(
+            f"<{syslog.LOG_DAEMON | priority}>{stamp} jobns[{os.getpid()}]: {text}".encode(), path
+        )
 
 
-def command_line(name: str, opts: dict[str, str | bool | None], code: int | None,
-                 error: str | None) -> None:
+def command_line(
+    name: str, opts: dict[str, str | bool | None], code: int | None, error: str | None
+) -> None:
     """launcher.cli's two calls: before the command (code None: who it is about), and
     after it (its outcome)."""
     if code is None or command != name:

@@ -1,14 +1,14 @@
 """Loop devices through the kernel's loop-control interface (no losetup process).
 
-  attach(image_fd)   LOOP_CTL_GET_FREE, then LOOP_CONFIGURE (Linux 5.8+) with
-                     LO_FLAGS_AUTOCLEAR: the device detaches itself when its last user
-                     (our fd, then the mount) goes away, so a crash between attaching
-                     and mounting leaves no loop device behind.
-  backing(name)      the file behind /dev/loopN, from /sys/block/loopN/loop/backing_file
-                     (the kernel appends " (deleted)" once the file is unlinked).
-  backed_by(prefix)  every loop device whose backing file lies under a directory: how
-                     gc and recover recognise ours (by the configured scratch base, never
-                     by a name a user could choose).
+attach(image_fd)   LOOP_CTL_GET_FREE, then LOOP_CONFIGURE (Linux 5.8+) with
+                   LO_FLAGS_AUTOCLEAR: the device detaches itself when its last user
+                   (our fd, then the mount) goes away, so a crash between attaching
+                   and mounting leaves no loop device behind.
+backing(name)      the file behind /dev/loopN, from /sys/block/loopN/loop/backing_file
+                   (the kernel appends " (deleted)" once the file is unlinked).
+backed_by(prefix)  every loop device whose backing file lies under a directory: how
+                   gc and recover recognise ours (by the configured scratch base, never
+                   by a name a user could choose).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ LO_NAME_SIZE = 64
 # struct loop_info64 { u64 device, inode, rdevice, offset, sizelimit; u32 number,
 #   encrypt_type, encrypt_key_size, flags; u8 file_name[64], crypt_name[64],
 #   encrypt_key[32]; u64 init[2]; }
-_CONFIG = struct.Struct("=II" "QQQQQ" "IIII" "64s64s32s" "QQ" "64x")
+_CONFIG = struct.Struct("=IIQQQQQIIII64s64s32sQQ64x")
 DELETED = " (deleted)"
 
 
@@ -40,8 +40,24 @@ def attach(image_fd: int, name: str) -> tuple[str, int]:
             number = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
             dev = f"/dev/loop{number}"
             fd = os.open(dev, os.O_RDWR | os.O_CLOEXEC)
-            config = _CONFIG.pack(image_fd, 0, 0, 0, 0, 0, 0, 0, 0, 0, LO_FLAGS_AUTOCLEAR,
-                                  os.fsencode(name)[:LO_NAME_SIZE - 1], b"", b"", 0, 0)
+            config = _CONFIG.pack(
+                image_fd,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                LO_FLAGS_AUTOCLEAR,
+                os.fsencode(name)[: LO_NAME_SIZE - 1],
+                b"",
+                b"",
+                0,
+                0,
+            )
             try:
                 fcntl.ioctl(fd, LOOP_CONFIGURE, config)
             except OSError as e:
@@ -58,8 +74,9 @@ def attach(image_fd: int, name: str) -> tuple[str, int]:
 def backing(name: str) -> str | None:
     """The backing file of loop device `name` ("loop3"), None if it has none."""
     try:
-        with open(f"/sys/block/{name}/loop/backing_file", encoding="utf-8",
-                  errors="surrogateescape") as f:
+        with open(
+            f"/sys/block/{name}/loop/backing_file", encoding="utf-8", errors="surrogateescape"
+        ) as f:
             return f.read().rstrip("\n")
     except OSError:
         return None
@@ -81,7 +98,7 @@ def backed_by(directory: str) -> dict[str, str]:
         if path is None:
             continue
         if path.endswith(DELETED):
-            path = path[:-len(DELETED)]
+            path = path[: -len(DELETED)]
         if path.startswith(prefix):
             out[f"/dev/{name}"] = path
     return out

@@ -40,18 +40,26 @@ def paragraphs(text: str) -> list[str]:
 
 
 def render() -> str:
-    out = [f'.TH JOBNS 1 "" "jobns {VERSION}" "User Commands"', ".nh", ".ad l",
-           ".SH NAME", f"jobns \\- {esc(NAME)}",
-           ".SH SYNOPSIS",
-           "\\fBjobns\\fR \\fISUBCOMMAND\\fR [\\fIOPTIONS\\fR] "
-           "[\\fB\\-\\-\\fR \\fICOMMAND\\fR [\\fIARG\\fR...]]", ".br",
-           "\\fBjobns \\-\\-version\\fR | \\fB\\-\\-help\\fR",
-           ".SH DESCRIPTION",
-           esc("jobns gives every batch job, and every container of a job, its own /tmp, "
-               "/var/tmp and /dev/shm: per-job directories bound over those paths inside a "
-               "Linux mount namespace, removed when the job ends. `jobns SUBCOMMAND --help` "
-               "prints a subcommand's section of this page."),
-           ".SH SUBCOMMANDS"]
+    out = [
+        f'.TH JOBNS 1 "" "jobns {VERSION}" "User Commands"',
+        ".nh",
+        ".ad l",
+        ".SH NAME",
+        f"jobns \\- {esc(NAME)}",
+        ".SH SYNOPSIS",
+        "\\fBjobns\\fR \\fISUBCOMMAND\\fR [\\fIOPTIONS\\fR] "
+        "[\\fB\\-\\-\\fR \\fICOMMAND\\fR [\\fIARG\\fR...]]",
+        ".br",
+        "\\fBjobns \\-\\-version\\fR | \\fB\\-\\-help\\fR",
+        ".SH DESCRIPTION",
+        esc(
+            "jobns gives every batch job, and every container of a job, its own /tmp, "
+            "/var/tmp and /dev/shm: per-job directories bound over those paths inside a "
+            "Linux mount namespace, removed when the job ends. `jobns SUBCOMMAND --help` "
+            "prints a subcommand's section of this page."
+        ),
+        ".SH SUBCOMMANDS",
+    ]
     for cmd in COMMANDS.values():
         out += [f".SS {esc(cmd.name)}", synopsis(cmd), ".PP", esc(cmd.summary) + "."]
         if cmd.help:
@@ -60,30 +68,49 @@ def render() -> str:
         for o in cmd.opts.values():
             out += [".TP", option_tag(o.name, o.kind, o.metavar), esc(o.help)]
         out += [".TP", "\\fB\\-h\\fR, \\fB\\-\\-help\\fR", "show this help"]
-    out += [".SH EXIT STATUS",
-            ".TP", "\\fB0\\fR", esc("success (run: the command's own status is passed on)"),
-            ".TP", "\\fB125\\fR", esc("jobns itself failed; one line on stderr starting "
-                                       "`jobns: ` says what and how to fix it"),
-            ".TP", "\\fB126\\fR, \\fB127\\fR",
-            esc("run: the command could not be executed, or was not found"),
-            ".TP", "\\fB128+N\\fR", esc("run: the command died of signal N"),
-            ".SH ENVIRONMENT",
-            ".TP", "\\fBJOBNS_CONFIG\\fR",
-            esc("the config file when --config is not given (else /etc/jobns/jobns.toml)"),
-            ".TP", "\\fBSLURM_JOB_ID\\fR, \\fBSLURM_JOB_USER\\fR, \\fBSLURM_JOB_UID\\fR",
-            esc("the job and its user when --job-id and --user are not given"),
-            ".TP", "\\fBJOBNS_DEBUG\\fR", esc("1: an internal error shows its traceback"),
-            ".SH FILES",
-            ".TP", "\\fB/etc/jobns/jobns.toml\\fR", esc("the configuration (TOML)"),
-            ".TP", "\\fB/run/jobns\\fR",
-            esc("state_dir: job records, locks, namespace pins, the last gc's summary"),
-            ".SH LOGS",
-            esc("setup, teardown, gc and recover log one line per action and every failure "
-                "to syslog (facility daemon, tag jobns), with the job id and user: "
-                "journalctl -t jobns."),
-            ".SH SEE ALSO",
-            "\\fBslurm.conf\\fR(5), \\fBsrun\\fR(1), \\fBunshare\\fR(1), "
-            "\\fBsystemd.timer\\fR(5); README.md of jobns"]
+    out += [
+        ".SH EXIT STATUS",
+        ".TP",
+        "\\fB0\\fR",
+        esc("success (run: the command's own status is passed on)"),
+        ".TP",
+        "\\fB125\\fR",
+        esc(
+            "jobns itself failed; one line on stderr starting `jobns: ` says what and how to fix it"
+        ),
+        ".TP",
+        "\\fB126\\fR, \\fB127\\fR",
+        esc("run: the command could not be executed, or was not found"),
+        ".TP",
+        "\\fB128+N\\fR",
+        esc("run: the command died of signal N"),
+        ".SH ENVIRONMENT",
+        ".TP",
+        "\\fBJOBNS_CONFIG\\fR",
+        esc("the config file when --config is not given (else /etc/jobns/jobns.toml)"),
+        ".TP",
+        "\\fBSLURM_JOB_ID\\fR, \\fBSLURM_JOB_USER\\fR, \\fBSLURM_JOB_UID\\fR",
+        esc("the job and its user when --job-id and --user are not given"),
+        ".TP",
+        "\\fBJOBNS_DEBUG\\fR",
+        esc("1: an internal error shows its traceback"),
+        ".SH FILES",
+        ".TP",
+        "\\fB/etc/jobns/jobns.toml\\fR",
+        esc("the configuration (TOML)"),
+        ".TP",
+        "\\fB/run/jobns\\fR",
+        esc("state_dir: job records, locks, namespace pins, the last gc's summary"),
+        ".SH LOGS",
+        esc(
+            "setup, teardown, gc and recover log one line per action and every failure "
+            "to syslog (facility daemon, tag jobns), with the job id and user: "
+            "journalctl -t jobns."
+        ),
+        ".SH SEE ALSO",
+        "\\fBslurm.conf\\fR(5), \\fBsrun\\fR(1), \\fBunshare\\fR(1), "
+        "\\fBsystemd.timer\\fR(5); README.md of jobns",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -30,8 +30,7 @@ def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
     from launcher.errors import JobnsError
     from launcher.jsonfast import dumps
 
-    doc: dict[str, object] = {"time": time.time(), **{k: int(counts.get(k, 0))
-                                                      for k in GC_FIELDS}}
+    doc: dict[str, object] = {"time": time.time(), **{k: int(counts.get(k, 0)) for k in GC_FIELDS}}
     try:
         state.ensure_state_dir(state_dir)
         state.write_atomic(f"{state_dir}/{GC_SUMMARY}", dumps(doc).encode() + b"\n")
@@ -75,8 +74,7 @@ class _Out:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def family(self, name: str, kind: str, help: str,
-               samples: list[tuple[str, float]]) -> None:
+    def family(self, name: str, kind: str, help: str, samples: list[tuple[str, float]]) -> None:
         self.lines += [f"# HELP {name} {help}", f"# TYPE {name} {kind}"]
         self.lines += [f"{name}{labels} {_num(value)}" for labels, value in samples]
 
@@ -86,8 +84,9 @@ def _user(job: dict[str, object]) -> str:
     return str(user.get("name")) if isinstance(user, dict) else ""
 
 
-def render(jobs: list[dict[str, object]], gc: dict[str, float] | None,
-           propagation_warning: str = "") -> str:
+def render(
+    jobs: list[dict[str, object]], gc: dict[str, float] | None, propagation_warning: str = ""
+) -> str:
     """The text exposition format (version 0.0.4), ending in a newline."""
     from launcher.state import STATES
 
@@ -109,30 +108,58 @@ def render(jobs: list[dict[str, object]], gc: dict[str, float] | None,
         n = j.get("teardown_failures")
         if isinstance(n, int) and n > 0:
             failures.append((_labels(job_id=job_id, user=user), float(n)))
-    out.family("jobns_job_used_bytes", "gauge",
-               "Bytes used by a job's directories on this node (st_blocks).", used)
-    out.family("jobns_job_capacity_bytes", "gauge",
-               "Capacity of a job's size-limited /dev/shm (fs=shm) or /tmp (fs=tmp).", caps)
-    out.family("jobns_jobs", "gauge", "Jobs jobns holds on this node, by state.",
-               [(_labels(state=s), float(n)) for s, n in sorted(by_state.items())])
-    out.family("jobns_job_teardown_failures", "gauge",
-               "Failed epilogs of a job still kept on this node (teardown-fail after 1).",
-               failures)
-    out.family("jobns_teardown_failures", "gauge",
-               "Failed epilogs of all jobs kept on this node.",
-               [("", float(sum(v for _, v in failures)))])
-    out.family("jobns_host_root_shared", "gauge",
-               "1 if / is a shared mount (host mounts made later reach running jobs).",
-               [("", 0.0 if propagation_warning else 1.0)])
+    out.family(
+        "jobns_job_used_bytes",
+        "gauge",
+        "Bytes used by a job's directories on this node (st_blocks).",
+        used,
+    )
+    out.family(
+        "jobns_job_capacity_bytes",
+        "gauge",
+        "Capacity of a job's size-limited /dev/shm (fs=shm) or /tmp (fs=tmp).",
+        caps,
+    )
+    out.family(
+        "jobns_jobs",
+        "gauge",
+        "Jobs jobns holds on this node, by state.",
+        [(_labels(state=s), float(n)) for s, n in sorted(by_state.items())],
+    )
+    out.family(
+        "jobns_job_teardown_failures",
+        "gauge",
+        "Failed epilogs of a job still kept on this node (teardown-fail after 1).",
+        failures,
+    )
+    out.family(
+        "jobns_teardown_failures",
+        "gauge",
+        "Failed epilogs of all jobs kept on this node.",
+        [("", float(sum(v for _, v in failures)))],
+    )
+    out.family(
+        "jobns_host_root_shared",
+        "gauge",
+        "1 if / is a shared mount (host mounts made later reach running jobs).",
+        [("", 0.0 if propagation_warning else 1.0)],
+    )
     if gc is not None:
-        out.family("jobns_gc_last_run_timestamp_seconds", "gauge",
-                   "When jobns gc last ran on this node.", [("", gc["time"])])
-        for k, help in (("dead_jobs", "Jobs the last gc found dead and removed."),
-                        ("unknown_to_slurm", "Jobs the last gc removed that Slurm did not "
-                         "know."),
-                        ("leftovers", "Job trees without a record the last gc removed "
-                         "(after a crash or reboot)."),
-                        ("problems", "Problems the last gc could not fix.")):
+        out.family(
+            "jobns_gc_last_run_timestamp_seconds",
+            "gauge",
+            "When jobns gc last ran on this node.",
+            [("", gc["time"])],
+        )
+        for k, help in (
+            ("dead_jobs", "Jobs the last gc found dead and removed."),
+            ("unknown_to_slurm", "Jobs the last gc removed that Slurm did not know."),
+            (
+                "leftovers",
+                "Job trees without a record the last gc removed (after a crash or reboot).",
+            ),
+            ("problems", "Problems the last gc could not fix."),
+        ):
             out.family(f"jobns_gc_{k}", "gauge", help, [("", gc[k])])
     return "\n".join(out.lines) + "\n"
 
@@ -154,8 +181,9 @@ def capacity_used(path: str, source: str) -> int | None:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def fill_capacity_bytes(jobs: list[dict[str, object]],
-                        tree_bytes: Callable[[str], int | None]) -> None:
+def fill_capacity_bytes(
+    jobs: list[dict[str, object]], tree_bytes: Callable[[str], int | None]
+) -> None:
     """Bytes used of recorded jobs whose trees have a capacity (status leaves them None);
     tree_bytes: how status counts a tree without a capacity."""
     from launcher.plan import tree_from_record
@@ -184,8 +212,12 @@ def fill_capacity_bytes(jobs: list[dict[str, object]],
         j["bytes"] = total
 
 
-def status_text(state_dir: str, jobs: list[dict[str, object]], warning: str,
-                tree_bytes: Callable[[str], int | None]) -> str:
+def status_text(
+    state_dir: str,
+    jobs: list[dict[str, object]],
+    warning: str,
+    tree_bytes: Callable[[str], int | None],
+) -> str:
     fill_capacity_bytes(jobs, tree_bytes)
     gc = read_gc_summary(state_dir) if os.geteuid() == 0 else None
     return render(jobs, gc, warning)
@@ -198,8 +230,9 @@ def write_textfile(path: str, text: str) -> None:
 
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
         try:
             os.write(fd, text.encode())
             os.fchmod(fd, 0o644)

@@ -6,10 +6,11 @@ from __future__ import annotations
 class Mount:
     __slots__ = ("dev", "fstype", "optional", "point", "source")
 
-    def __init__(self, dev: str, point: str, fstype: str, source: str,
-                 optional: tuple[str, ...] = ()) -> None:
-        self.dev = dev          # "major:minor" of the mounted file system
-        self.point = point      # the mount point, as this process sees it
+    def __init__(
+        self, dev: str, point: str, fstype: str, source: str, optional: tuple[str, ...] = ()
+    ) -> None:
+        self.dev = dev  # "major:minor" of the mounted file system
+        self.point = point  # the mount point, as this process sees it
         self.fstype = fstype
         self.source = source
         self.optional = optional  # propagation: shared:N, master:N, propagate_from:N
@@ -19,7 +20,7 @@ def unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo.
     out, i = [], 0
     while i < len(field):
-        code = field[i + 1:i + 4]
+        code = field[i + 1 : i + 4]
         if field[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
             out.append(chr(int(code, 8)))
             i += 4
@@ -38,8 +39,15 @@ def mounts() -> list[Mount]:
             fields = left.split()
             rest = right.split()
             if len(fields) >= 5 and len(rest) >= 2:
-                found.append(Mount(fields[2], unescape(fields[4]), rest[0], unescape(rest[1]),
-                                   tuple(fields[6:])))
+                found.append(
+                    Mount(
+                        fields[2],
+                        unescape(fields[4]),
+                        rest[0],
+                        unescape(rest[1]),
+                        tuple(fields[6:]),
+                    )
+                )
     return found
 
 
@@ -56,7 +64,9 @@ def propagation_warning() -> str:
     started. Empty when all is well."""
     root = [m for m in mounts() if m.point == "/"]
     if root and not any(o.startswith("shared:") for o in root[-1].optional):
-        return ("/ is a private mount on this node, so file systems the host mounts after a "
-                "job started (NFS, autofs) never appear inside the job; make it shared at "
-                "boot (mount --make-rshared /, as systemd does) - README \"Mount propagation\"")
+        return (
+            "/ is a private mount on this node, so file systems the host mounts after a "
+            "job started (NFS, autofs) never appear inside the job; make it shared at "
+            'boot (mount --make-rshared /, as systemd does) - README "Mount propagation"'
+        )
     return ""

@@ -27,8 +27,13 @@ if TYPE_CHECKING:
 
 # statvfs f_flag bits -> mount flags a bind remount must keep (a user namespace
 # may not clear flags of the mount it copied: they are "locked", see mount_namespaces(7)).
-_KEEP = ((os.ST_RDONLY, libc.MS_RDONLY), (os.ST_NOEXEC, libc.MS_NOEXEC),
-         (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
+_KEEP = (
+    (os.ST_RDONLY, libc.MS_RDONLY),
+    (os.ST_NOEXEC, libc.MS_NOEXEC),
+    (os.ST_NOATIME, 1024),
+    (os.ST_NODIRATIME, 2048),
+    (os.ST_RELATIME, 1 << 21),
+)
 
 USERNS_SYSCTLS = "user.max_user_namespaces (and kernel.unprivileged_userns_clone on Debian)"
 
@@ -43,10 +48,12 @@ def _write(path: str, text: str) -> None:
 
 def userns_refusal(err: OSError) -> JobnsError:
     reason = os.strerror(err.errno) if err.errno else str(err)
-    return JobnsError(f"create a user namespace: {reason}; unprivileged user namespaces are "
-                      f"disabled on this node (sysctl {USERNS_SYSCTLS}) or not allowed here "
-                      "(a chroot, a restricted container); ask the administrator to enable "
-                      "them, or to set the job up as root (jobns setup in a prolog)")
+    return JobnsError(
+        f"create a user namespace: {reason}; unprivileged user namespaces are "
+        f"disabled on this node (sysctl {USERNS_SYSCTLS}) or not allowed here "
+        "(a chroot, a restricted container); ask the administrator to enable "
+        "them, or to set the job up as root (jobns setup in a prolog)"
+    )
 
 
 def unshare(userns: bool, net_none: bool) -> None:
@@ -63,8 +70,9 @@ def unshare(userns: bool, net_none: bool) -> None:
         if userns and e.errno in (errno.EPERM, errno.ENOSPC, errno.EINVAL, errno.EUSERS):
             raise userns_refusal(e) from None
         reason = os.strerror(e.errno or 0)
-        raise JobnsError(f"create a mount namespace: {reason}; jobns needs root or "
-                         "unprivileged user namespaces") from None
+        raise JobnsError(
+            f"create a mount namespace: {reason}; jobns needs root or unprivileged user namespaces"
+        ) from None
     if userns:
         # Map only ourselves: the job sees no other uid, and setgroups stays denied
         # so the mapping cannot be used to drop a group that restricts access.
@@ -95,10 +103,13 @@ def bind(source_fd: int, source_path: str, target: str) -> None:
         raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
 
 
-def apply_binds(plan: Plan, handles: list[TreeHandle], expected: list[tuple[int, int]],
-                place: Callable[[Bind], T] | None = None,
-                bind_one: Callable[[int, str, T, tuple[int, int]], object] | None = None
-                ) -> list[object]:
+def apply_binds(
+    plan: Plan,
+    handles: list[TreeHandle],
+    expected: list[tuple[int, int]],
+    place: Callable[[Bind], T] | None = None,
+    bind_one: Callable[[int, str, T, tuple[int, int]], object] | None = None,
+) -> list[object]:
     """The one executor of a plan's binds (run, setup's holder and the OCI hook use it).
 
     First every source is opened again here, by a walk that never follows a symlink,
@@ -111,8 +122,10 @@ def apply_binds(plan: Plan, handles: list[TreeHandle], expected: list[tuple[int,
     """
     from launcher import fs
 
-    sources = [fs.reopen(handles[b.tree], b.child, ident)
-               for b, ident in zip(plan.binds, expected, strict=True)]
+    sources = [
+        fs.reopen(handles[b.tree], b.child, ident)
+        for b, ident in zip(plan.binds, expected, strict=True)
+    ]
     done: list[object] = []
     for (fd, path), b, ident in zip(sources, plan.binds, expected, strict=True):
         if place is None or bind_one is None:
@@ -142,8 +155,10 @@ def loopback_up() -> None:
     except Exception as e:  # pyroute2 raises its own NetlinkError(code, message)
         code = getattr(e, "code", None)
         reason = os.strerror(code) if isinstance(code, int) else str(e)
-        raise JobnsError(f"bring up lo in the job's network namespace: {reason} "
-                         "(needs CAP_NET_ADMIN, or run jobns as the job user)") from None
+        raise JobnsError(
+            f"bring up lo in the job's network namespace: {reason} "
+            "(needs CAP_NET_ADMIN, or run jobns as the job user)"
+        ) from None
 
 
 def join(user_pin: str | None, mnt_pin: str) -> None:
@@ -151,14 +166,17 @@ def join(user_pin: str | None, mnt_pin: str) -> None:
     fds = []
     try:
         if user_pin is not None:
-            fds.append((os.open(user_pin, os.O_RDONLY | os.O_CLOEXEC), libc.CLONE_NEWUSER,
-                        user_pin))
+            fds.append(
+                (os.open(user_pin, os.O_RDONLY | os.O_CLOEXEC), libc.CLONE_NEWUSER, user_pin)
+            )
         fds.append((os.open(mnt_pin, os.O_RDONLY | os.O_CLOEXEC), libc.CLONE_NEWNS, mnt_pin))
         for fd, kind, path in fds:
             libc.setns(fd, kind, path)
     except OSError as e:
-        raise JobnsError(f"join the job's namespace {e.filename or mnt_pin}: {e.strerror}; "
-                         "is the job set up on this node (jobns status)?") from None
+        raise JobnsError(
+            f"join the job's namespace {e.filename or mnt_pin}: {e.strerror}; "
+            "is the job set up on this node (jobns status)?"
+        ) from None
     finally:
         for fd, _, _ in fds:
             os.close(fd)

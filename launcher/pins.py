@@ -103,12 +103,15 @@ def outrank(pinner_id: int | None) -> None:
                 return
     finally:
         os.sched_setaffinity(0, allowed)
-    raise JobnsError(f"set up namespace: every new mount namespace got an id below the "
-                     f"prolog's ({pinner_id}); the kernel would refuse to pin it")
+    raise JobnsError(
+        f"set up namespace: every new mount namespace got an id below the "
+        f"prolog's ({pinner_id}); the kernel would refuse to pin it"
+    )
 
 
-def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str,
-        enforce: bool = False) -> Pins:
+def pin(
+    plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str, enforce: bool = False
+) -> Pins:
     """Create the job's namespace(s) in a holder child and pin them; the pins record.
     enforce: root's namespace for every job (the SPANK plugin joins it as root)."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
@@ -125,8 +128,13 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str,
             # Drop the pins (their bind mount) and cover what lies beneath, so the
             # job holds no reference to other jobs' namespaces and reads no state.
             libc.umount2(state_dir, libc.MNT_DETACH)
-            libc.mount("jobns-state", state_dir, "tmpfs", libc.MS_NOSUID | libc.MS_NODEV
-                       | libc.MS_NOEXEC | libc.MS_RDONLY, "size=4k,mode=0755")
+            libc.mount(
+                "jobns-state",
+                state_dir,
+                "tmpfs",
+                libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC | libc.MS_RDONLY,
+                "size=4k,mode=0755",
+            )
         except OSError as e:
             raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
         drop_other_pins()
@@ -161,8 +169,7 @@ def pin(plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str,
             libc.mount(f"/proc/{holder.pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
         except OSError as e:
             unpin(Pins(pinned.user))  # never leave half a pin behind
-            raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}"
-                             ) from None
+            raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}") from None
         st = os.stat(mnt_pin)
         pinned.mnt_dev, pinned.mnt_ino = st.st_dev, st.st_ino
         return pinned
@@ -204,7 +211,7 @@ def unpin(pinned: Pins) -> list[str]:
 
 NS_GET_PARENT = 0xB702  # _IO(0xb7, 0x2): the parent of a user namespace
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3): a namespace file's CLONE_NEW* type
-NsId = tuple[int, int]   # (st_dev, st_ino) of a namespace file
+NsId = tuple[int, int]  # (st_dev, st_ino) of a namespace file
 
 
 def processes_in_namespace(dev: int, ino: int, userns: NsId | None = None) -> list[int]:
@@ -223,7 +230,8 @@ def processes_in_namespace(dev: int, ino: int, userns: NsId | None = None) -> li
         except OSError:
             continue  # gone, or a zombie (its namespaces are already released)
         if (st.st_dev, st.st_ino) == (dev, ino) or (
-                userns is not None and _below(f"/proc/{name}/ns/user", userns, host_userns)):
+            userns is not None and _below(f"/proc/{name}/ns/user", userns, host_userns)
+        ):
             out.append(int(name))
     return out
 
@@ -286,8 +294,9 @@ def userns_of(pinned: Pins) -> tuple[int, NsId] | None:
     return fd, (st.st_dev, st.st_ino)
 
 
-def terminate_namespace(dev: int, ino: int, kill_wait: float,
-                        userns: NsId | None = None) -> list[str]:
+def terminate_namespace(
+    dev: int, ino: int, kill_wait: float, userns: NsId | None = None
+) -> list[str]:
     """SIGCONT+SIGTERM, wait kill_wait, SIGKILL, wait for all; errors if any survive."""
     pids = processes_in_namespace(dev, ino, userns)
     if not pids:
@@ -302,8 +311,10 @@ def terminate_namespace(dev: int, ino: int, kill_wait: float,
     while pids:
         signal_all(pids, signal.SIGKILL)
         if time.monotonic() > deadline:
-            return [f"terminate the job's processes: {sorted(pids)} still alive after SIGKILL "
-                    f"(stuck in the kernel?); see /proc/PID/stack"]
+            return [
+                f"terminate the job's processes: {sorted(pids)} still alive after SIGKILL "
+                f"(stuck in the kernel?); see /proc/PID/stack"
+            ]
         time.sleep(0.05)
         pids = processes_in_namespace(dev, ino, userns)
     return []
@@ -338,8 +349,9 @@ def terminate(pinned: Pins, kill_wait: float) -> list[str]:
     user = userns_of(pinned)
     try:
         assert pinned.mnt_dev is not None and pinned.mnt_ino is not None
-        return terminate_namespace(pinned.mnt_dev, pinned.mnt_ino, kill_wait,
-                                   user[1] if user else None)
+        return terminate_namespace(
+            pinned.mnt_dev, pinned.mnt_ino, kill_wait, user[1] if user else None
+        )
     finally:
         os.close(held)
         if user is not None:

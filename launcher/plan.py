@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from launcher.config import Config
     from launcher.job import Job
 
-TOP_MODE = 0o700       # a tree root: only the job user may enter it from the host
+TOP_MODE = 0o700  # a tree root: only the job user may enter it from the host
 SCRATCH_MODE = 0o1777  # /tmp and /var/tmp inside the job, like the real ones
 TMP_TARGETS = (("tmp", "/tmp"), ("var_tmp", "/var/tmp"))
 
@@ -31,14 +31,21 @@ class Tree:
 
     __slots__ = ("base", "children", "name", "parents", "remove", "role")
 
-    def __init__(self, role: str, base: str, parents: tuple[str, ...], name: str,
-                 children: tuple[str, ...], remove: bool) -> None:
-        self.role = role          # "local", "shared" or "shm"
-        self.base = base          # trusted, from the site config
-        self.parents = parents    # directories between base and the tree (per-node: job-ID)
+    def __init__(
+        self,
+        role: str,
+        base: str,
+        parents: tuple[str, ...],
+        name: str,
+        children: tuple[str, ...],
+        remove: bool,
+    ) -> None:
+        self.role = role  # "local", "shared" or "shm"
+        self.base = base  # trusted, from the site config
+        self.parents = parents  # directories between base and the tree (per-node: job-ID)
         self.name = name
         self.children = children
-        self.remove = remove      # False only for shared trees under --no-rm-tmpdir
+        self.remove = remove  # False only for shared trees under --no-rm-tmpdir
 
     @property
     def rel(self) -> str:
@@ -49,13 +56,18 @@ class Tree:
         return f"{self.base.rstrip('/')}/{self.rel}"
 
     def describe(self) -> list[str]:
-        lines = [f"mkdir  {self.base.rstrip('/')}/{'/'.join(self.parents[:i + 1])}"
-                 f"  mode {TOP_MODE:04o} (kept while another node uses it)"
-                 for i in range(len(self.parents))]
+        lines = [
+            f"mkdir  {self.base.rstrip('/')}/{'/'.join(self.parents[: i + 1])}"
+            f"  mode {TOP_MODE:04o} (kept while another node uses it)"
+            for i in range(len(self.parents))
+        ]
         lines.append(f"mkdir  {self.path}  mode {TOP_MODE:04o}")
         lines += [f"mkdir  {self.path}/{c}  mode {SCRATCH_MODE:04o}" for c in self.children]
-        when = "when the job's last task on this node ends" if self.remove else \
-            "never (--no-rm-tmpdir)"
+        when = (
+            "when the job's last task on this node ends"
+            if self.remove
+            else "never (--no-rm-tmpdir)"
+        )
         lines.append(f"remove {self.path}  {when}")
         return lines
 
@@ -63,37 +75,58 @@ class Tree:
 def tree_record(t: Tree, capacity: int | None = None) -> dict[str, object]:
     """A tree as the job record keeps it. "made": this setup created it (a failed setup
     removes only what it made)."""
-    return {"role": t.role, "base": t.base, "parents": list(t.parents), "name": t.name,
-            "children": list(t.children), "remove": t.remove, "capacity": capacity,
-            "made": False}
+    return {
+        "role": t.role,
+        "base": t.base,
+        "parents": list(t.parents),
+        "name": t.name,
+        "children": list(t.children),
+        "remove": t.remove,
+        "capacity": capacity,
+        "made": False,
+    }
 
 
 def tree_from_record(r: dict[str, object]) -> Tree:
     parents, children = r["parents"], r["children"]
     assert isinstance(parents, list) and isinstance(children, list)
-    return Tree(str(r["role"]), str(r["base"]), tuple(parents), str(r["name"]), tuple(children),
-                bool(r["remove"]))
+    return Tree(
+        str(r["role"]),
+        str(r["base"]),
+        tuple(parents),
+        str(r["name"]),
+        tuple(children),
+        bool(r["remove"]),
+    )
 
 
 class Bind:
     __slots__ = ("child", "target", "tree")
 
     def __init__(self, tree: int, child: str, target: str) -> None:
-        self.tree = tree      # index into Plan.trees
-        self.child = child    # "" binds the tree root itself
+        self.tree = tree  # index into Plan.trees
+        self.child = child  # "" binds the tree root itself
         self.target = target
 
     def describe(self, plan: Plan) -> str:
         src = plan.trees[self.tree].path + (f"/{self.child}" if self.child else "")
-        return (f"bind   {src} -> {self.target}  (nosuid,nodev; a slave of the host's "
-                "mounts: later host mounts appear if / is shared)")
+        return (
+            f"bind   {src} -> {self.target}  (nosuid,nodev; a slave of the host's "
+            "mounts: later host mounts appear if / is shared)"
+        )
 
 
 class Plan:
     __slots__ = ("binds", "env", "owner", "task_dirs", "trees")
 
-    def __init__(self, trees: list[Tree], binds: list[Bind], env: dict[str, str],
-                 task_dirs: list[str], owner: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        trees: list[Tree],
+        binds: list[Bind],
+        env: dict[str, str],
+        task_dirs: list[str],
+        owner: tuple[int, int],
+    ) -> None:
         self.trees = trees
         self.binds = binds
         self.env = env
@@ -120,15 +153,18 @@ def build(config: Config, job: Job) -> Plan:
         scratch = Tree("local", config.local_base, (), top, scratch_children, True)
     else:
         if not config.shared_base:
-            raise JobnsError("--use-shared-tmpdir needs shared_base in the config "
-                             f"({config.source or 'no config file read'}); set it to a "
-                             "directory on the cluster file system")
+            raise JobnsError(
+                "--use-shared-tmpdir needs shared_base in the config "
+                f"({config.source or 'no config file read'}); set it to a "
+                "directory on the cluster file system"
+            )
         keep = job.no_rm
         if job.layout == "shared":
             scratch = Tree("shared", config.shared_base, (), top, scratch_children, not keep)
         else:
-            scratch = Tree("shared", config.shared_base, (top,), job.hostname,
-                           scratch_children, not keep)
+            scratch = Tree(
+                "shared", config.shared_base, (top,), job.hostname, scratch_children, not keep
+            )
     shm = Tree("shm", config.shm_base, (), top, (), True)
     trees = [scratch, shm]
     binds = [Bind(0, child, target) for child, target in TMP_TARGETS]

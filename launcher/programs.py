@@ -25,27 +25,35 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
     from launcher.environment import job_environment
 
     job = job_of(record)
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "LANG": "C.UTF-8"}
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+    }
     env.update({k: v for k, v in os.environ.items() if k.startswith("SLURM_")})
     env.update(job_environment(config, job))
     staging = Staging.from_record(record.staging)
-    if staging is not None and staging.runtime_scratchdir and "RUNTIME_LOCAL_SCRATCH_DIR" \
-            in env:
+    if staging is not None and staging.runtime_scratchdir and "RUNTIME_LOCAL_SCRATCH_DIR" in env:
         env["RUNTIME_LOCAL_SCRATCH_DIR"] = staging.runtime_scratchdir
     dirs = host_dirs(record)
-    env.update({
-        "JOBNS_JOB_ID": job.job_id, "JOBNS_USER": job.user.name,
-        "JOBNS_UID": str(job.user.uid), "JOBNS_GID": str(job.user.gid),
-        "JOBNS_STATE": phase, "JOBNS_LAYOUT": job.layout,
-        "JOBNS_HOST_TMP": dirs.get("/tmp", ""), "JOBNS_HOST_VAR_TMP": dirs.get("/var/tmp", ""),
-        "JOBNS_HOST_SHM": dirs.get("/dev/shm", ""),
-        # The job's namespaces, for a program that must act in the job: as the job user
-        # only (README "Acting inside a job"), never as root: the namespace is hers.
-        "JOBNS_MNT_NS": record.pins.mnt or "", "JOBNS_USER_NS": record.pins.user or "",
-        "JOBNS_SESSION_DIR": (staging.session_dir or "") if staging else "",
-        "JOBNS_SCRATCH_DIR": (staging.scratch_dir or "") if staging else "",
-    })
+    env.update(
+        {
+            "JOBNS_JOB_ID": job.job_id,
+            "JOBNS_USER": job.user.name,
+            "JOBNS_UID": str(job.user.uid),
+            "JOBNS_GID": str(job.user.gid),
+            "JOBNS_STATE": phase,
+            "JOBNS_LAYOUT": job.layout,
+            "JOBNS_HOST_TMP": dirs.get("/tmp", ""),
+            "JOBNS_HOST_VAR_TMP": dirs.get("/var/tmp", ""),
+            "JOBNS_HOST_SHM": dirs.get("/dev/shm", ""),
+            # The job's namespaces, for a program that must act in the job: as the job user
+            # only (README "Acting inside a job"), never as root: the namespace is hers.
+            "JOBNS_MNT_NS": record.pins.mnt or "",
+            "JOBNS_USER_NS": record.pins.user or "",
+            "JOBNS_SESSION_DIR": (staging.session_dir or "") if staging else "",
+            "JOBNS_SCRATCH_DIR": (staging.scratch_dir or "") if staging else "",
+        }
+    )
     return env
 
 
@@ -66,10 +74,16 @@ def run_program(config: Config, record: Record, phase: str) -> str | None:
         # timeout kills whatever it started too.
         # It dies with jobns (as Slurm kills running burst-buffer scripts when slurmctld
         # stops): `jobns recover` runs it again, never alongside an orphaned copy.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                                stderr=sys.stderr.fileno(), cwd="/", process_group=0,
-                                env=program_env(config, record, phase),
-                                preexec_fn=lambda: set_pdeathsig(signal.SIGKILL))
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),
+            stderr=sys.stderr.fileno(),
+            cwd="/",
+            process_group=0,
+            env=program_env(config, record, phase),
+            preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),
+        )
     except OSError as e:
         return f"{phase} program {argv[0]}: {e.strerror}; fix [lifecycle] {key}"
     try:
@@ -77,10 +91,13 @@ def run_program(config: Config, record: Record, phase: str) -> str | None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return (f"{phase} program {command!r} still ran after {timeout:g} s and was killed; "
-                "raise [lifecycle] program_timeout or fix the program")
+        return (
+            f"{phase} program {command!r} still ran after {timeout:g} s and was killed; "
+            "raise [lifecycle] program_timeout or fix the program"
+        )
     if status != 0:
-        how = f"was killed by signal {-status}" if status < 0 else \
-            f"failed with exit status {status}"
+        how = (
+            f"was killed by signal {-status}" if status < 0 else f"failed with exit status {status}"
+        )
         return f"{phase} program {command!r} {how} (its output is above)"
     return None

@@ -31,8 +31,9 @@ class TreeRecord:
 
     __slots__ = ("capacity", "image", "made", "tree")
 
-    def __init__(self, tree: Tree, capacity: int | None = None, made: bool = False,
-                 image: str | None = None) -> None:
+    def __init__(
+        self, tree: Tree, capacity: int | None = None, made: bool = False, image: str | None = None
+    ) -> None:
         self.tree = tree
         self.capacity = capacity
         self.made = made
@@ -41,8 +42,12 @@ class TreeRecord:
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> TreeRecord:
         cap, image = d.get("capacity"), d.get("image")
-        return cls(tree_from_record(d), cap if isinstance(cap, int) else None,
-                   d.get("made", True) is True, image if isinstance(image, str) else None)
+        return cls(
+            tree_from_record(d),
+            cap if isinstance(cap, int) else None,
+            d.get("made", True) is True,
+            image if isinstance(image, str) else None,
+        )
 
     def to_dict(self) -> dict[str, object]:
         out = tree_record(self.tree, self.capacity)
@@ -57,8 +62,13 @@ class Pins:
 
     __slots__ = ("mnt", "mnt_dev", "mnt_ino", "user")
 
-    def __init__(self, user: str | None = None, mnt: str | None = None,
-                 mnt_dev: int | None = None, mnt_ino: int | None = None) -> None:
+    def __init__(
+        self,
+        user: str | None = None,
+        mnt: str | None = None,
+        mnt_dev: int | None = None,
+        mnt_ino: int | None = None,
+    ) -> None:
         self.user = user
         self.mnt = mnt
         self.mnt_dev = mnt_dev
@@ -77,8 +87,12 @@ class Pins:
         return cls(s("user"), s("mnt"), i("mnt_dev"), i("mnt_ino"))
 
     def to_dict(self) -> dict[str, object]:
-        return {"user": self.user, "mnt": self.mnt, "mnt_dev": self.mnt_dev,
-                "mnt_ino": self.mnt_ino}
+        return {
+            "user": self.user,
+            "mnt": self.mnt,
+            "mnt_dev": self.mnt_dev,
+            "mnt_ino": self.mnt_ino,
+        }
 
 
 class Record:
@@ -87,13 +101,43 @@ class Record:
     from_dict checks the schema first (a damaged record is an error, never a guess);
     to_dict gives the document state.write_record checks and writes."""
 
-    __slots__ = ("arc", "capacities", "created", "errors", "gid", "history", "hostname",
-                 "job_id", "kill_wait", "layout", "no_rm_tmpdir", "options", "pins", "ran",
-                 "staging", "state", "teardown_failures", "trees", "uid", "updated",
-                 "user_name", "version")
+    __slots__ = (
+        "arc",
+        "capacities",
+        "created",
+        "errors",
+        "gid",
+        "history",
+        "hostname",
+        "job_id",
+        "kill_wait",
+        "layout",
+        "no_rm_tmpdir",
+        "options",
+        "pins",
+        "ran",
+        "staging",
+        "state",
+        "teardown_failures",
+        "trees",
+        "uid",
+        "updated",
+        "user_name",
+        "version",
+    )
 
-    def __init__(self, job_id: str, user_name: str, uid: int, gid: int, hostname: str,
-                 layout: str, no_rm_tmpdir: bool, state: str, kill_wait: float) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        user_name: str,
+        uid: int,
+        gid: int,
+        hostname: str,
+        layout: str,
+        no_rm_tmpdir: bool,
+        state: str,
+        kill_wait: float,
+    ) -> None:
         now = time.time()
         self.version = 1
         self.job_id = job_id
@@ -116,8 +160,7 @@ class Record:
         self.staging: dict[str, object] | None = None
 
     @classmethod
-    def from_dict(cls, d: object, where: str = "job record", checked: bool = False
-                  ) -> Record:
+    def from_dict(cls, d: object, where: str = "job record", checked: bool = False) -> Record:
         if not checked:
             from launcher.validate import first_error
             from schemas.generated import SCHEMAS
@@ -128,9 +171,17 @@ class Record:
         assert isinstance(d, dict)
         user = d["user"]
         assert isinstance(user, dict)
-        r = cls(str(d["job_id"]), str(user["name"]), int(user["uid"]), int(user["gid"]),
-                str(d["hostname"]), str(d["layout"]), bool(d["no_rm_tmpdir"]),
-                str(d["state"]), float(d["kill_wait"]))
+        r = cls(
+            str(d["job_id"]),
+            str(user["name"]),
+            int(user["uid"]),
+            int(user["gid"]),
+            str(d["hostname"]),
+            str(d["layout"]),
+            bool(d["no_rm_tmpdir"]),
+            str(d["state"]),
+            float(d["kill_wait"]),
+        )
         r.version = int(d["version"])
         r.created, r.updated = float(d["created"]), float(d["updated"])
         r.trees = [TreeRecord.from_dict(t) for t in d["trees"]]
@@ -149,15 +200,25 @@ class Record:
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
-            "version": self.version, "job_id": self.job_id,
+            "version": self.version,
+            "job_id": self.job_id,
             "user": {"name": self.user_name, "uid": self.uid, "gid": self.gid},
-            "hostname": self.hostname, "layout": self.layout,
-            "no_rm_tmpdir": self.no_rm_tmpdir, "state": self.state, "created": self.created,
-            "updated": self.updated, "trees": [t.to_dict() for t in self.trees],
-            "pins": self.pins.to_dict(), "kill_wait": self.kill_wait, "arc": self.arc,
-            "teardown_failures": self.teardown_failures, "errors": list(self.errors),
-            "history": list(self.history), "capacities": self.capacities,
-            "staging": self.staging}
+            "hostname": self.hostname,
+            "layout": self.layout,
+            "no_rm_tmpdir": self.no_rm_tmpdir,
+            "state": self.state,
+            "created": self.created,
+            "updated": self.updated,
+            "trees": [t.to_dict() for t in self.trees],
+            "pins": self.pins.to_dict(),
+            "kill_wait": self.kill_wait,
+            "arc": self.arc,
+            "teardown_failures": self.teardown_failures,
+            "errors": list(self.errors),
+            "history": list(self.history),
+            "capacities": self.capacities,
+            "staging": self.staging,
+        }
         if self.options is not None:
             out["options"] = self.options
         if self.ran is not None:
@@ -186,23 +247,44 @@ class Record:
         return tree if isinstance(tree, dict) else None
 
 
-def options_of(job: Job, caps: Capacities | None = None,
-               staging: Staging | None = None) -> dict[str, object]:
+def options_of(
+    job: Job, caps: Capacities | None = None, staging: Staging | None = None
+) -> dict[str, object]:
     """What must match for a repeated setup to be the same setup."""
-    return {"user": job.user.uid, "layout": job.layout, "no_rm_tmpdir": job.no_rm,
-            "capacities": caps.record() if caps is not None else dict(NO_CAPACITIES),
-            "session_dir": staging.session_dir if staging is not None else None}
+    return {
+        "user": job.user.uid,
+        "layout": job.layout,
+        "no_rm_tmpdir": job.no_rm,
+        "capacities": caps.record() if caps is not None else dict(NO_CAPACITIES),
+        "session_dir": staging.session_dir if staging is not None else None,
+    }
 
 
-def new_record(job: Job, plan: Plan | None, kill_wait: float, config: Config,
-               caps: Capacities | None = None, staging: Staging | None = None,
-               state: str = "pending") -> Record:
+def new_record(
+    job: Job,
+    plan: Plan | None,
+    kill_wait: float,
+    config: Config,
+    caps: Capacities | None = None,
+    staging: Staging | None = None,
+    state: str = "pending",
+) -> Record:
     """A fresh record; plan None for a refused job (it has no trees)."""
-    r = Record(job.job_id, job.user.name, job.user.uid, job.user.gid, job.hostname,
-               job.layout, job.no_rm, state, kill_wait)
+    r = Record(
+        job.job_id,
+        job.user.name,
+        job.user.uid,
+        job.user.gid,
+        job.hostname,
+        job.layout,
+        job.no_rm,
+        state,
+        kill_wait,
+    )
     if plan is not None:
-        r.trees = [TreeRecord(t, caps.for_tree(t.role) if caps is not None else None)
-                   for t in plan.trees]
+        r.trees = [
+            TreeRecord(t, caps.for_tree(t.role) if caps is not None else None) for t in plan.trees
+        ]
     arc = config.raw.get("arc")
     r.arc = arc if isinstance(arc, dict) else None
     r.options = options_of(job, caps, staging)
@@ -226,8 +308,9 @@ def job_of(record: Record, user: User | None = None) -> Job:
     """The job a record describes (its user looked up again, unless given)."""
     from launcher.job import Job
 
-    return Job(record.job_id, user or user_of(record), record.hostname, record.layout,
-               record.no_rm_tmpdir)
+    return Job(
+        record.job_id, user or user_of(record), record.hostname, record.layout, record.no_rm_tmpdir
+    )
 
 
 def plan_of(config: Config, record: Record, job: Job) -> Plan:
@@ -257,9 +340,13 @@ def user_ids(record: Record) -> tuple[int, int, list[int]]:
 
 def run_env_values(record: Record, config: Config) -> dict[str, str]:
     values = {
-        "job_id": record.job_id, "uid": str(record.uid), "gid": str(record.gid),
-        "user": record.user_name, "layout": record.layout,
-        "user_pin": record.pins.user or "", "mnt_pin": str(record.pins.mnt),
+        "job_id": record.job_id,
+        "uid": str(record.uid),
+        "gid": str(record.gid),
+        "user": record.user_name,
+        "layout": record.layout,
+        "user_pin": record.pins.user or "",
+        "mnt_pin": str(record.pins.mnt),
         "kill_wait": repr(record.kill_wait),
     }
     # The job environment as setup saw the config: later runs use exactly this.
@@ -270,9 +357,14 @@ def run_env_values(record: Record, config: Config) -> dict[str, str]:
         if isinstance(staging, dict) and staging.get("runtime_scratchdir"):
             # Dynamic scratch: ARC's wrapper appends <arc-job-id> to this (seed 001).
             scratchdir = str(staging["runtime_scratchdir"])
-        values.update({"arc.shared_filesystem": "1" if arc.shared_filesystem else "",
-                       "arc.scratchdir": scratchdir, "arc.movetool": arc.movetool,
-                       "arc.shared_scratch": arc.shared_scratch})
+        values.update(
+            {
+                "arc.shared_filesystem": "1" if arc.shared_filesystem else "",
+                "arc.scratchdir": scratchdir,
+                "arc.movetool": arc.movetool,
+                "arc.shared_scratch": arc.shared_scratch,
+            }
+        )
     return values
 
 
@@ -281,8 +373,9 @@ def load(state_dir: str, job_id: str) -> Record | None:
     doc = state_mod.read_record(state_dir, job_id)
     if doc is None:
         return None
-    return Record.from_dict(doc, f"{state_mod.job_dir(state_dir, job_id)}/{state_mod.STATE}",
-                            checked=True)
+    return Record.from_dict(
+        doc, f"{state_mod.job_dir(state_dir, job_id)}/{state_mod.STATE}", checked=True
+    )
 
 
 def save(state_dir: str, record: Record) -> None:

@@ -20,8 +20,11 @@ def main(opts: Options, _command: list[str]) -> int:
     require_root("recover")
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
     raw = opts.get("job_id")
-    jobs = [safe_component(str(raw), "job id", "pass --job-id with letters, digits, '.', "
-                           "'_', '-'")] if raw else state.list_jobs(config.state_dir)
+    jobs = (
+        [safe_component(str(raw), "job id", "pass --job-id with letters, digits, '.', '_', '-'")]
+        if raw
+        else state.list_jobs(config.state_dir)
+    )
     problems = 0
     for job_id in jobs:
         lock = state.JobLock(config.state_dir, job_id, blocking=False)

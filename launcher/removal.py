@@ -28,8 +28,9 @@ def open_dir_here(parent_fd: int, name: str) -> int:
     stalled FUSE server a user mounted in her tree must not hang root's removal)."""
     if _OPENAT2[0]:
         try:
-            return libc.openat2(parent_fd, name, O_DIR, libc.RESOLVE_NO_XDEV
-                                | libc.RESOLVE_NO_SYMLINKS)
+            return libc.openat2(
+                parent_fd, name, O_DIR, libc.RESOLVE_NO_XDEV | libc.RESOLVE_NO_SYMLINKS
+            )
         except OSError as e:
             if e.errno != errno.ENOSYS:
                 raise
@@ -72,8 +73,16 @@ def clear_dir(fd: int, path: str) -> list[str]:
     return errors
 
 
-def _clear(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[str],
-           errors: list[str], fan: bool = True) -> None:
+def _clear(
+    root_fd: int,
+    fd: int,
+    path: str,
+    dev: int,
+    depth: int,
+    deep: list[str],
+    errors: list[str],
+    fan: bool = True,
+) -> None:
     try:
         entries = list(os.scandir(fd))
     except OSError as e:
@@ -119,8 +128,16 @@ def _clear(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[st
 FAN_OUT_MIN = 4
 
 
-def _fan_out(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[str],
-             errors: list[str], subdirs: list[str]) -> None:
+def _fan_out(
+    root_fd: int,
+    fd: int,
+    path: str,
+    dev: int,
+    depth: int,
+    deep: list[str],
+    errors: list[str],
+    subdirs: list[str],
+) -> None:
     import threading
 
     todo = list(reversed(subdirs))
@@ -132,8 +149,9 @@ def _fan_out(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[
                 if not todo:
                     return
                 name = todo.pop()
-            _remove_subdir(root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors,
-                           fan=False)
+            _remove_subdir(
+                root_fd, fd, name, f"{path}/{name}", dev, depth + 1, deep, errors, fan=False
+            )
 
     threads = [threading.Thread(target=work) for _ in range(os.cpu_count() or 1)]
     for t in threads:
@@ -142,8 +160,17 @@ def _fan_out(root_fd: int, fd: int, path: str, dev: int, depth: int, deep: list[
         t.join()
 
 
-def _remove_subdir(root_fd: int | None, parent_fd: int, name: str, path: str, dev: int,
-                   depth: int, deep: list[str], errors: list[str], fan: bool = True) -> None:
+def _remove_subdir(
+    root_fd: int | None,
+    parent_fd: int,
+    name: str,
+    path: str,
+    dev: int,
+    depth: int,
+    deep: list[str],
+    errors: list[str],
+    fan: bool = True,
+) -> None:
     """Empty and remove one directory. root_fd None: it is a removal's own top, so
     subtrees too deep are moved up into it (clear_dir) rather than into an ancestor."""
     try:

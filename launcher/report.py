@@ -96,8 +96,7 @@ def tree_bytes(path: str) -> int | None:
     return total
 
 
-def collect(state_dir: str, config: config_mod.Config | None = None
-            ) -> list[dict[str, object]]:
+def collect(state_dir: str, config: config_mod.Config | None = None) -> list[dict[str, object]]:
     """Every job jobns holds on this node: the set-up ones (their records) and, with
     config, the standalone ones (`jobns run` without a prolog: trees in the bases that no
     record names). Root sees every job; an ordinary user her own (job state is private)."""
@@ -126,8 +125,9 @@ def collect(state_dir: str, config: config_mod.Config | None = None
     return jobs
 
 
-def standalone(config: config_mod.Config, recorded: set[str], root: bool
-               ) -> list[dict[str, object]]:
+def standalone(
+    config: config_mod.Config, recorded: set[str], root: bool
+) -> list[dict[str, object]]:
     """Trees of jobs no prolog set up: `jobns run` tasks holding them (state standalone),
     or what a crashed task left (leftover: `jobns gc` removes it)."""
     import pwd
@@ -137,8 +137,7 @@ def standalone(config: config_mod.Config, recorded: set[str], root: bool
 
     found: dict[str, dict[str, object]] = {}
     children = tuple(c for c, _ in TMP_TARGETS)
-    for role, base, kids in (("local", config.local_base, children), ("shm", config.shm_base,
-                                                                       ())):
+    for role, base, kids in (("local", config.local_base, children), ("shm", config.shm_base, ())):
         try:
             names = sorted(os.listdir(base))
         except OSError:
@@ -161,9 +160,17 @@ def standalone(config: config_mod.Config, recorded: set[str], root: bool
                 user = pwd.getpwuid(st.st_uid).pw_name
             except KeyError:
                 user = str(st.st_uid)
-            job = found.setdefault(name[4:], {
-                "job_id": name[4:], "state": "leftover", "paths": [], "bytes": 0,
-                "user": {"name": user, "uid": st.st_uid}, "created": st.st_mtime})
+            job = found.setdefault(
+                name[4:],
+                {
+                    "job_id": name[4:],
+                    "state": "leftover",
+                    "paths": [],
+                    "bytes": 0,
+                    "user": {"name": user, "uid": st.st_uid},
+                    "created": st.st_mtime,
+                },
+            )
             if fs.in_use(tree):
                 job["state"] = "standalone"
             size = tree_bytes(tree.path)
@@ -240,22 +247,27 @@ def status_main(opts: Options, _command: list[str]) -> int:
     from launcher.metrics import fill_capacity_bytes
 
     fill_capacity_bytes(jobs, tree_bytes)  # a capacity's use from its own file system
-    print(f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  "
-          f"{'CAPACITY':<22} PATHS")
+    print(
+        f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  "
+        f"{'CAPACITY':<22} PATHS"
+    )
     for j in jobs:
         user = j.get("user")
         name = str(user.get("name")) if isinstance(user, dict) else "?"
         created = j.get("created")
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) \
-            if isinstance(created, (int, float)) else "?"
+        when = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+            if isinstance(created, (int, float))
+            else "?"
+        )
         paths = j.get("paths") or [j.get("error", "")]
         assert isinstance(paths, list)
-        print(f"{j['job_id']!s:<14} {name:<12} {j['state']!s:<13} {when:<20} "
-              f"{human(j.get('bytes')):>9}  {capacities(j):<22} {' '.join(map(str, paths))}")
+        print(
+            f"{j['job_id']!s:<14} {name:<12} {j['state']!s:<13} {when:<20} "
+            f"{human(j.get('bytes')):>9}  {capacities(j):<22} {' '.join(map(str, paths))}"
+        )
     if totals:
         print("\nPER USER")
         for name, t in sorted(totals.items()):
             print(f"  {name:<12} {t['jobs']} job(s) {human(t['bytes']):>9}")
     return 0
-
-

@@ -18,15 +18,16 @@ if TYPE_CHECKING:
     from launcher.plan import Plan
 
 
-
 def enter_workdir(cwd: str) -> None:
     # Re-resolve the working directory in the job's namespace: a cwd under the host's
     # /tmp would otherwise keep the task inside the host's /tmp, outside the job's.
     try:
         os.chdir(cwd)
     except OSError:
-        warn(f"working directory {cwd} does not exist inside the job (its /tmp, /var/tmp "
-             "and /dev/shm are private); starting in /tmp")
+        warn(
+            f"working directory {cwd} does not exist inside the job (its /tmp, /var/tmp "
+            "and /dev/shm are private); starting in /tmp"
+        )
         os.chdir("/tmp")
 
 
@@ -52,8 +53,10 @@ def main(opts: Options, command: list[str]) -> int:
 
     if inside_job(environ, job.job_id):
         if opts.get("dry_run"):
-            print(f"# already inside job {job.job_id}'s namespace (joined by Slurm's jobns "
-                  "plugin): run the command there")
+            print(
+                f"# already inside job {job.job_id}'s namespace (joined by Slurm's jobns "
+                "plugin): run the command there"
+            )
             return 0
         return run_inside(job, command, environ, kill_wait, net_none)
     from launcher import state
@@ -66,8 +69,9 @@ def main(opts: Options, command: list[str]) -> int:
         if opts.get("use_shared_tmpdir") is not None or opts.get("no_rm_tmpdir"):
             warn(f"job {job.job_id} is already set up: the options given to jobns setup apply")
         kw = None if opts.get("kill_wait") is None else kill_wait
-        named = bool(opts.get("user") or environ.get("SLURM_JOB_USER")
-                     or environ.get("SLURM_JOB_UID"))
+        named = bool(
+            opts.get("user") or environ.get("SLURM_JOB_USER") or environ.get("SLURM_JOB_UID")
+        )
         return run_joined(joined, job, command, environ, kw, net_none, named)
     # Only a job nobody set up needs its trees planned and made (tasks that join do not).
     from launcher.plan import build
@@ -79,8 +83,9 @@ def main(opts: Options, command: list[str]) -> int:
     return run_standalone(plan, job, command, environ, kill_wait, net_none, config.state_dir)
 
 
-def run_inside(job: Job, command: list[str], environ: dict[str, str], kill_wait: float,
-               net_none: bool) -> int:
+def run_inside(
+    job: Job, command: list[str], environ: dict[str, str], kill_wait: float, net_none: bool
+) -> int:
     """Inside a job enforced through Slurm: no namespace to make or join, and the state
     directory is hidden here. Supervise the command with the job environment (the
     plugin set the job-wide variables; the per-step PMIx ones are computed here)."""
@@ -109,8 +114,15 @@ def run_inside(job: Job, command: list[str], environ: dict[str, str], kill_wait:
     return sup.wait()
 
 
-def run_joined(values: dict[str, str], job: Job, command: list[str], environ: dict[str, str],
-               kill_wait: float | None, net_none: bool, named: bool) -> int:
+def run_joined(
+    values: dict[str, str],
+    job: Job,
+    command: list[str],
+    environ: dict[str, str],
+    kill_wait: float | None,
+    net_none: bool,
+    named: bool,
+) -> int:
     """The job was set up by a prolog: join its pinned namespace(s); nothing to make or remove.
 
     The namespace of a job run by an ordinary user is hers (owned by her user namespace:
@@ -126,17 +138,22 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
     # the owner, and nobody else can join it (its tasks are put there by the plugin).
     enforced = values.get("enforced") == "1" and owner != 0
     if enforced and caller != 0:
-        raise JobnsError(f"join job {job.job_id}: the site puts every task of this job in "
-                         "its namespace through Slurm (the jobns SPANK plugin); start the "
-                         "task inside the job (srun, or the batch script), not from outside")
+        raise JobnsError(
+            f"join job {job.job_id}: the site puts every task of this job in "
+            "its namespace through Slurm (the jobns SPANK plugin); start the "
+            "task inside the job (srun, or the batch script), not from outside"
+        )
     if caller != 0 and caller != owner:
-        raise JobnsError(f"join job {job.job_id}: it belongs to uid {owner}, not to you "
-                         f"(uid {caller})")
+        raise JobnsError(
+            f"join job {job.job_id}: it belongs to uid {owner}, not to you (uid {caller})"
+        )
     if job.user.uid != owner:
         if caller != 0 or named:
-            raise JobnsError(f"join job {job.job_id}: it was set up for uid {owner}, so its "
-                             f"tasks run as uid {owner}, not as {job.user.name} (uid "
-                             f"{job.user.uid}); drop --user (and SLURM_JOB_USER/UID)")
+            raise JobnsError(
+                f"join job {job.job_id}: it was set up for uid {owner}, so its "
+                f"tasks run as uid {owner}, not as {job.user.name} (uid "
+                f"{job.user.uid}); drop --user (and SLURM_JOB_USER/UID)"
+            )
         # Root without --user: the task runs as the job's owner.
         user = lookup_user(str(owner)) if owner != 0 else job.user
         job = Job(job.job_id, user, job.hostname, job.layout, job.no_rm, job.nspace, job.rank)
@@ -177,8 +194,15 @@ def run_joined(values: dict[str, str], job: Job, command: list[str], environ: di
     return sup.wait()
 
 
-def run_standalone(plan: Plan, job: Job, command: list[str], environ: dict[str, str],
-                   kill_wait: float, net_none: bool, state_dir: str) -> int:
+def run_standalone(
+    plan: Plan,
+    job: Job,
+    command: list[str],
+    environ: dict[str, str],
+    kill_wait: float,
+    net_none: bool,
+    state_dir: str,
+) -> int:
     """No prolog set this job up: make its namespace for this one task."""
     from launcher import fs
 

@@ -33,8 +33,7 @@ def main(opts: Options, _command: list[str]) -> int:
     environ = dict(os.environ)
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
     # Who the job is comes from the site (flags, Slurm): a problem there is the node's.
-    job_id = job_id_from(str(opts["job_id"]) if opts.get("job_id") is not None else None,
-                         environ)
+    job_id = job_id_from(str(opts["job_id"]) if opts.get("job_id") is not None else None, environ)
     user = user_from(str(opts["user"]) if opts.get("user") else None, environ)
     kill_wait = kill_wait_from(opts, config)
     # What the job asks for comes from its user (directives, comment): a problem there is
@@ -43,8 +42,13 @@ def main(opts: Options, _command: list[str]) -> int:
         directives = gather_directives(opts, environ, config)
         apply_directives(opts, directives)
         shared = opts.get("use_shared_tmpdir")
-        job = Job(job_id, user, hostname(), layout_from(None if shared is None else str(shared)),
-                  bool(opts.get("no_rm_tmpdir")))
+        job = Job(
+            job_id,
+            user,
+            hostname(),
+            layout_from(None if shared is None else str(shared)),
+            bool(opts.get("no_rm_tmpdir")),
+        )
         plan = build(config, job)
         caps = capacity.plan(config, directives, job.layout, jobsize.requested(config, job))
         session_flag = str(opts["session_dir"]) if opts.get("session_dir") else None
@@ -52,8 +56,9 @@ def main(opts: Options, _command: list[str]) -> int:
         notes: list[str] = []
         if directives is not None or session_flag or config.staging.session_dir:
             # Only then is there anything to stage (and the path machinery worth importing).
-            stg, notes = staging.build(config, job, plan, directives, session_flag,
-                                       staging.symbols_for(job, environ))
+            stg, notes = staging.build(
+                config, job, plan, directives, session_flag, staging.symbols_for(job, environ)
+            )
     except JobnsError as e:
         if not (isinstance(e, UserError) or directives_given(opts, environ)):
             raise  # no directives: the site's config or flags are wrong
@@ -73,5 +78,8 @@ def main(opts: Options, _command: list[str]) -> int:
 
 
 def directives_given(opts: Options, environ: dict[str, str]) -> bool:
-    return bool(opts.get("script") or opts.get("directives")
-                or lifecycle.COMMENT_PREFIX in environ.get("SLURM_JOB_COMMENT", ""))
+    return bool(
+        opts.get("script")
+        or opts.get("directives")
+        or lifecycle.COMMENT_PREFIX in environ.get("SLURM_JOB_COMMENT", "")
+    )

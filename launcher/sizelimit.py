@@ -52,8 +52,9 @@ def _ours_at(fd: int, tree: Tree, job_id: str) -> bool:
     st = os.fstat(fd)
     dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     want = source_name(tree.role, job_id)
-    return any(m.fstype == "tmpfs" and m.source == want and m.dev == dev
-               for m in mountinfo.mounts())
+    return any(
+        m.fstype == "tmpfs" and m.source == want and m.dev == dev for m in mountinfo.mounts()
+    )
 
 
 def ours(tree: Tree, job_id: str) -> bool:
@@ -76,11 +77,14 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Non
     name = source_name(tree.role, job_id)
     data = f"size={size},mode={TOP_MODE:04o},uid={uid},gid={gid}"
     try:
-        libc.mount(name, f"/proc/self/fd/{handle.fd}", "tmpfs", libc.MS_NOSUID | libc.MS_NODEV,
-                   data)
+        libc.mount(
+            name, f"/proc/self/fd/{handle.fd}", "tmpfs", libc.MS_NOSUID | libc.MS_NODEV, data
+        )
     except OSError as e:
-        raise JobnsError(f"mount a {size}-byte tmpfs on {tree.path} (capacity): {e.strerror}; "
-                         "is the size possible on this node?") from None
+        raise JobnsError(
+            f"mount a {size}-byte tmpfs on {tree.path} (capacity): {e.strerror}; "
+            "is the size possible on this node?"
+        ) from None
     parent = handle.parent_fds[-1]
     try:
         # By name from the parent: a path lookup crosses into the new mount, the old fd
@@ -91,8 +95,9 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Non
         raise
     try:
         if not _ours_at(fd, tree, job_id):
-            raise UserError(f"refuse {tree.path}: it was replaced while its capacity was "
-                            "being set up")
+            raise UserError(
+                f"refuse {tree.path}: it was replaced while its capacity was being set up"
+            )
         for child in tree.children:
             os.mkdir(child, 0o700, dir_fd=fd)
             cfd = os.open(child, fs.O_DIR, dir_fd=fd)
@@ -128,8 +133,12 @@ def unmount(tree: Tree, job_id: str) -> list[str]:
                 return errors
             fs.clear_dir(fd, tree.path)  # best effort: what a writer keeps goes with it
             try:
-                libc.mount(None, f"/proc/self/fd/{fd}", None,
-                           libc.MS_REMOUNT | libc.MS_RDONLY | libc.MS_NOSUID | libc.MS_NODEV)
+                libc.mount(
+                    None,
+                    f"/proc/self/fd/{fd}",
+                    None,
+                    libc.MS_REMOUNT | libc.MS_RDONLY | libc.MS_NOSUID | libc.MS_NODEV,
+                )
             except OSError:
                 pass  # EBUSY: a file is still open for writing; it is emptied all the same
             # Detach: the job's namespace may still hold a copy until its last task is gone.

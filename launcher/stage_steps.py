@@ -36,12 +36,15 @@ def check_session_dir(record: Record, staging: Staging) -> None:
     try:
         st = os.lstat(path)
     except OSError as e:
-        raise UserError(f"stage in session directory {path}: {e.strerror}; was the job "
-                        "submitted through ARC?") from None
+        raise UserError(
+            f"stage in session directory {path}: {e.strerror}; was the job submitted through ARC?"
+        ) from None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-        raise UserError(f"refuse session directory {path}: it must be a directory owned by "
-                        f"the job user (uid {uid}), not a symlink or someone else's; check "
-                        "--session-dir / [staging] session_dir")
+        raise UserError(
+            f"refuse session directory {path}: it must be a directory owned by "
+            f"the job user (uid {uid}), not a symlink or someone else's; check "
+            "--session-dir / [staging] session_dir"
+        )
 
 
 def stage_in(record: Record, staging: Staging) -> list[str]:

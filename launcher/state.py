@@ -64,8 +64,10 @@ def ensure_state_dir(state_dir: str) -> None:
     for path in (state_dir, f"{state_dir}/{JOBS}"):
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            raise JobnsError(f"refuse state directory {path}: it must be a directory owned by "
-                             "root and writable only by root; fix it or set state_dir")
+            raise JobnsError(
+                f"refuse state directory {path}: it must be a directory owned by "
+                "root and writable only by root; fix it or set state_dir"
+            )
     # Job ids may be listed (as squeue lists them), so `jobns status` shows a user her own
     # jobs; what is in a job's directory stays private to root and its user.
     os.chmod(f"{state_dir}/{JOBS}", 0o755)  # noqa: S103 -- deliberate, see above
@@ -87,8 +89,7 @@ class JobLock:
 
     def __enter__(self) -> JobLock:
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))
             except BlockingIOError:
@@ -129,16 +130,21 @@ def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> 
         return
     import struct
 
-    entries = ((_ACL_USER_OBJ, owner_perms, _NO_ID), (_ACL_USER, perms, uid),
-               (_ACL_GROUP_OBJ, 0, _NO_ID), (_ACL_MASK, perms, _NO_ID),
-               (_ACL_OTHER, 0, _NO_ID))
-    data = struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", *e)
-                                                      for e in entries)
+    entries = (
+        (_ACL_USER_OBJ, owner_perms, _NO_ID),
+        (_ACL_USER, perms, uid),
+        (_ACL_GROUP_OBJ, 0, _NO_ID),
+        (_ACL_MASK, perms, _NO_ID),
+        (_ACL_OTHER, 0, _NO_ID),
+    )
+    data = struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in entries)
     try:
         os.setxattr(fd, "system.posix_acl_access", data)
     except OSError as e:
-        raise JobnsError(f"give uid {uid} access to {path}: {e.strerror}; state_dir must be "
-                         "on a file system with POSIX ACLs (tmpfs, ext4, xfs)") from None
+        raise JobnsError(
+            f"give uid {uid} access to {path}: {e.strerror}; state_dir must be "
+            "on a file system with POSIX ACLs (tmpfs, ext4, xfs)"
+        ) from None
 
 
 def private_dir(path: str, uid: int | None) -> None:
@@ -160,8 +166,7 @@ def private_dir(path: str, uid: int | None) -> None:
 def write_atomic(path: str, data: bytes, reader: int | None = None) -> None:
     """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, data)
         grant(fd, path, 6, reader, 4)
@@ -180,8 +185,10 @@ def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise JobnsError(f"read job state {job_dir(state_dir, job_id)}/{STATE}: {e}; "
-                         "`jobns teardown --force` removes a broken record") from None
+        raise JobnsError(
+            f"read job state {job_dir(state_dir, job_id)}/{STATE}: {e}; "
+            "`jobns teardown --force` removes a broken record"
+        ) from None
     from launcher.validate import first_error
     from schemas.generated import SCHEMAS
 
@@ -209,8 +216,19 @@ def write_record(state_dir: str, job_id: str, doc: dict[str, object], uid: int |
 
 MAX_REASON = 2000
 REFUSED = "refused"  # setup found a user-caused problem: the job is failed, not the node
-STATES = ("pending", "staging-in", "staged-in", "pre-run", "running", "post-run",
-          "staging-out", "teardown", "teardown-fail", "complete", REFUSED)
+STATES = (
+    "pending",
+    "staging-in",
+    "staged-in",
+    "pre-run",
+    "running",
+    "post-run",
+    "staging-out",
+    "teardown",
+    "teardown-fail",
+    "complete",
+    REFUSED,
+)
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
 
 
@@ -223,8 +241,7 @@ def pause_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def close_run_env(state_dir: str, job_id: str, why: str, uid: int | None,
-                  reason: str = "") -> None:
+def close_run_env(state_dir: str, job_id: str, why: str, uid: int | None, reason: str = "") -> None:
     """No task may join the job from now on (see the module docstring); `reason` says
     why a refused job was refused (every task then fails with it)."""
     values = {"closed": why}
@@ -234,8 +251,7 @@ def close_run_env(state_dir: str, job_id: str, why: str, uid: int | None,
     write_run_env(state_dir, job_id, values, uid)
 
 
-def write_run_env(state_dir: str, job_id: str, values: dict[str, str],
-                  uid: int | None) -> None:
+def write_run_env(state_dir: str, job_id: str, values: dict[str, str], uid: int | None) -> None:
     for k, v in values.items():
         if "\n" in k or "=" in k or "\n" in v:
             raise JobnsError(f"internal error: run.env value {k!r} has a newline or '='")
@@ -252,32 +268,45 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
         if e.errno == errno.EACCES:
-            raise JobnsError(f"join job {job_id}: it belongs to another user (a job's state "
-                             f"under {state_dir} is private to its owner)") from None
+            raise JobnsError(
+                f"join job {job_id}: it belongs to another user (a job's state "
+                f"under {state_dir} is private to its owner)"
+            ) from None
         raise JobnsError(f"read {path}: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         # Trust only what root wrote: a user-writable state_dir must not steer a task.
         # (The group bits show the ACL mask: read-only for the job's user.)
         if st.st_uid != 0 or st.st_mode & 0o022:
-            raise JobnsError(f"refuse {path}: not owned by root or writable by others; "
-                             "check state_dir in the config")
+            raise JobnsError(
+                f"refuse {path}: not owned by root or writable by others; "
+                "check state_dir in the config"
+            )
         data = os.read(fd, 1 << 20).decode()
     finally:
         os.close(fd)
     values = dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
     if values.get("version") != RUN_ENV_VERSION:
-        raise JobnsError(f"read {path}: unknown version {values.get('version')!r}; was the job "
-                         "set up by another jobns version? (jobns teardown, then setup)")
+        raise JobnsError(
+            f"read {path}: unknown version {values.get('version')!r}; was the job "
+            "set up by another jobns version? (jobns teardown, then setup)"
+        )
     closed = values.get("closed")
     if closed == REFUSED:
-        raise JobnsError(f"job {job_id} was refused by jobns setup on this node: "
-                         f"{values.get('reason') or 'see the prolog log'}")
+        raise JobnsError(
+            f"job {job_id} was refused by jobns setup on this node: "
+            f"{values.get('reason') or 'see the prolog log'}"
+        )
     if closed is not None:
-        when = "is ending" if closed in ("post-run", "staging-out", "teardown") else \
-            "is still being set up"
-        raise JobnsError(f"join job {job_id}: it {when} on this node (state {closed}); no "
-                         "task may join it now (see jobns status)")
+        when = (
+            "is ending"
+            if closed in ("post-run", "staging-out", "teardown")
+            else "is still being set up"
+        )
+        raise JobnsError(
+            f"join job {job_id}: it {when} on this node (state {closed}); no "
+            "task may join it now (see jobns status)"
+        )
     return values
 
 
@@ -302,6 +331,8 @@ def list_jobs(state_dir: str) -> list[str]:
     except FileNotFoundError:
         return []
     except PermissionError:
-        raise JobnsError(f"list the jobs under {state_dir}: permission denied (job state is "
-                         "private: run this as root)") from None
+        raise JobnsError(
+            f"list the jobs under {state_dir}: permission denied (job state is "
+            "private: run this as root)"
+        ) from None
     return sorted(n for n in names if not n.endswith(".lock") and ".tmp-" not in n)

@@ -32,8 +32,15 @@ TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-FORWARDED = (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT,
-             signal.SIGQUIT, signal.SIGWINCH)
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCONT,
+    signal.SIGQUIT,
+    signal.SIGWINCH,
+)
 HANDLED = (*FORWARDED, signal.SIGTERM, signal.SIGCHLD)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 HIDDEN = ("/tmp/", "/var/tmp/", "/dev/shm/")
@@ -52,7 +59,7 @@ def descendants(root: int) -> list[int]:
         except OSError:
             continue
         # comm may contain spaces and parentheses: the fields start after the last ')'.
-        fields = data[data.rindex(b")") + 2:].split(b" ", 2)
+        fields = data[data.rindex(b")") + 2 :].split(b" ", 2)
         children.setdefault(int(fields[1]), []).append(int(name))
     out: list[int] = []
     todo = [root]
@@ -99,8 +106,10 @@ def exec_failure(cmd: str, err: OSError) -> tuple[int, str]:
     if err.errno in (errno.ENOENT, errno.ENOTDIR):
         msg = f"run {cmd}: command not found"
         if cmd.startswith(HIDDEN):
-            msg += (" inside the job (its /tmp, /var/tmp and /dev/shm are private, so programs"
-                    " stored there on the host are hidden; install it elsewhere)")
+            msg += (
+                " inside the job (its /tmp, /var/tmp and /dev/shm are private, so programs"
+                " stored there on the host are hidden; install it elsewhere)"
+            )
         return EXIT_NOT_FOUND, msg
     return EXIT_NOT_EXECUTABLE, f"run {cmd}: {err.strerror} (not executable)"
 
@@ -144,8 +153,9 @@ class Supervisor:
         set_child_subreaper(True)
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         tty = self._foreground_tty()
-        child = spawn(lambda: _task(prepare, argv, env), inherit=True,
-                      before=lambda: os.setpgid(0, 0))
+        child = spawn(
+            lambda: _task(prepare, argv, env), inherit=True, before=lambda: os.setpgid(0, 0)
+        )
         pid = child.pid
         self.main_pid = pid
         try:

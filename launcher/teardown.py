@@ -40,8 +40,9 @@ def main(opts: Options, _command: list[str]) -> int:
             lock.release_and_remove()
             return 0  # not set up on this node (or already torn down): nothing to do
         try:
-            lifecycle.finish(config, job_id, record, force=bool(opts.get("force")),
-                             hurry=bool(opts.get("hurry")))
+            lifecycle.finish(
+                config, job_id, record, force=bool(opts.get("force")), hurry=bool(opts.get("hurry"))
+            )
         except UserError as e:
             lifecycle.warn(f"teardown {job_id}: {e}")
             return 0  # the job's problem, recorded; the node is fine

@@ -102,8 +102,7 @@ class Transfer:
     """The engine; one per worker. Collects errors and warnings instead of stopping at
     the first, so one unreadable file does not keep every other output in scratch."""
 
-    def __init__(self, phase: str, movetool: list[str] | None = None,
-                 timeout: float = 0.0) -> None:
+    def __init__(self, phase: str, movetool: list[str] | None = None, timeout: float = 0.0) -> None:
         self.phase = phase
         self.movetool = movetool
         self.timeout = timeout
@@ -157,8 +156,9 @@ class Transfer:
             os.close(sfd)
             os.close(dfd)
 
-    def _move_dir(self, sfd: int, dfd: int, spath: str, dpath: str,
-                  skip: frozenset[str] = frozenset()) -> bool:
+    def _move_dir(
+        self, sfd: int, dfd: int, spath: str, dpath: str, skip: frozenset[str] = frozenset()
+    ) -> bool:
         """Move the entries of one directory; True when the source is now empty."""
         copied: list[str] = []
         try:
@@ -196,8 +196,9 @@ class Transfer:
         except OSError as e:
             self._error("sync", spath, e)
 
-    def _move_entry(self, sfd: int, dfd: int, name: str, spath: str, dpath: str,
-                    copied: list[str]) -> bool:
+    def _move_entry(
+        self, sfd: int, dfd: int, name: str, spath: str, dpath: str, copied: list[str]
+    ) -> bool:
         src, dst = f"{spath}/{name}", f"{dpath}/{name}"
         try:
             st = _lstat(name, sfd)
@@ -207,9 +208,11 @@ class Transfer:
             if there is not None and stat.S_ISDIR(st.st_mode) and stat.S_ISDIR(there.st_mode):
                 return self._merge_dir(sfd, dfd, name, st, spath, dpath)
             if there is not None and stat.S_ISDIR(there.st_mode) != stat.S_ISDIR(st.st_mode):
-                self.errors.append(f"{self.phase}: move {src} -> {dst}: one is a directory "
-                                   "and the other is not; rename one of them, then run the "
-                                   "step again (both are kept)")
+                self.errors.append(
+                    f"{self.phase}: move {src} -> {dst}: one is a directory "
+                    "and the other is not; rename one of them, then run the "
+                    "step again (both are kept)"
+                )
                 return False
             try:
                 os.rename(name, name, src_dir_fd=sfd, dst_dir_fd=dfd)
@@ -230,8 +233,9 @@ class Transfer:
             self._error("move", f"{src} -> {dst}", e, _fix(e))
             return False
 
-    def _merge_dir(self, sfd: int, dfd: int, name: str, st: os.stat_result, spath: str,
-                   dpath: str) -> bool:
+    def _merge_dir(
+        self, sfd: int, dfd: int, name: str, st: os.stat_result, spath: str, dpath: str
+    ) -> bool:
         src, dst = f"{spath}/{name}", f"{dpath}/{name}"
         sub_s = open_dir_at(sfd, name)
         try:
@@ -267,8 +271,9 @@ class Transfer:
 
     # -------------------------------------------------------------- movetool
 
-    def _move_top_with_tool(self, sfd: int, dfd: int, spath: str, dpath: str,
-                            skip: frozenset[str]) -> None:
+    def _move_top_with_tool(
+        self, sfd: int, dfd: int, spath: str, dpath: str, skip: frozenset[str]
+    ) -> None:
         same_fs = os.fstat(sfd).st_dev == os.fstat(dfd).st_dev
         try:
             names = sorted(os.listdir(sfd))
@@ -307,12 +312,21 @@ class Transfer:
         try:
             # Dies with the worker: an orphaned tool would go on writing into the part
             # directory a later run reuses.
-            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                               cwd="/", env=_tool_env(), check=False,
-                               timeout=self.timeout or None,
-                               preexec_fn=lambda: set_pdeathsig(signal.SIGKILL))
-            failure = None if r.returncode == 0 else \
-                f"exit status {r.returncode}: {_tail(r.stderr or r.stdout)}"
+            r = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                cwd="/",
+                env=_tool_env(),
+                check=False,
+                timeout=self.timeout or None,
+                preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),
+            )
+            failure = (
+                None
+                if r.returncode == 0
+                else f"exit status {r.returncode}: {_tail(r.stderr or r.stdout)}"
+            )
         except subprocess.TimeoutExpired:
             failure = f"still running after {self.timeout:g} s ([staging] timeout)"
         except OSError as e:
@@ -322,8 +336,9 @@ class Transfer:
             if failure is None and _lstat(name, pfd) is None:
                 failure = f"it left no {name} in {part_path}"
             if failure is not None:
-                self.errors.append(f"{self.phase}: movetool {' '.join(argv)}: {failure}; "
-                                   f"{src} is kept")
+                self.errors.append(
+                    f"{self.phase}: movetool {' '.join(argv)}: {failure}; {src} is kept"
+                )
                 return
             _sync_tree(pfd, name)
             copied: list[str] = []
@@ -353,8 +368,9 @@ class Transfer:
             if self.phase == "staging-out":
                 self.warnings.append(f"{line!r}: {src} does not exist; nothing copied out")
             else:
-                self.errors.append(f"{line!r}: stage_in source {src} does not exist; "
-                                   "fix the directive")
+                self.errors.append(
+                    f"{line!r}: stage_in source {src} does not exist; fix the directive"
+                )
             return
         except OSError as e:
             self._error("stat", src, e, f"fix {line!r}")
@@ -376,8 +392,10 @@ class Transfer:
             elif stat.S_ISREG(st.st_mode):
                 there = _lstat(name, pfd)
                 if there is not None and stat.S_ISDIR(there.st_mode):
-                    self.errors.append(f"{line!r}: {dst} is a directory and {src} a file; "
-                                       "name the file itself as destination")
+                    self.errors.append(
+                        f"{line!r}: {dst} is a directory and {src} a file; "
+                        "name the file itself as destination"
+                    )
                     return
                 fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
                 try:
@@ -393,15 +411,18 @@ class Transfer:
         finally:
             os.close(pfd)
 
-    def _copy_into(self, sfd: int, parent_fd: int, name: str, st: os.stat_result,
-                   spath: str, dpath: str) -> None:
+    def _copy_into(
+        self, sfd: int, parent_fd: int, name: str, st: os.stat_result, spath: str, dpath: str
+    ) -> None:
         """Copy the directory open at sfd to parent_fd/name (merging)."""
         there = _lstat(name, parent_fd)
         if there is None:
             os.mkdir(name, 0o700, dir_fd=parent_fd)
         elif not stat.S_ISDIR(there.st_mode):
-            self.errors.append(f"{self.phase}: copy {spath} -> {dpath}: the destination "
-                               "exists and is not a directory; remove it")
+            self.errors.append(
+                f"{self.phase}: copy {spath} -> {dpath}: the destination "
+                "exists and is not a directory; remove it"
+            )
             return
         dfd = open_dir_at(parent_fd, name)
         try:
@@ -430,32 +451,37 @@ class Transfer:
                 return True
             there = _lstat(name, dfd)
             if there is not None and stat.S_ISDIR(there.st_mode):
-                self.errors.append(f"{self.phase}: copy {src} -> {dst}: the destination is a "
-                                   "directory; remove it")
+                self.errors.append(
+                    f"{self.phase}: copy {src} -> {dst}: the destination is a directory; remove it"
+                )
                 return False
             return self._copy_nondir(sfd, dfd, name, st, src, dst)
         except OSError as e:
             self._error("copy", f"{src} -> {dst}", e, _fix(e))
             return False
 
-    def _copy_nondir(self, sfd: int, dfd: int, name: str, st: os.stat_result, src: str,
-                     dst: str) -> bool:
+    def _copy_nondir(
+        self, sfd: int, dfd: int, name: str, st: os.stat_result, src: str, dst: str
+    ) -> bool:
         """Copy a file, symlink or fifo to dfd/name via a part file; True when in place."""
         part = part_name(name)
         mode = st.st_mode
         if stat.S_ISREG(mode):
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                             dir_fd=sfd)
+                fd = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=sfd
+                )
             except PermissionError:
                 _grant(sfd, name, 0o400)  # our own file, mode 0: still ours to move
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                             dir_fd=sfd)
+                fd = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=sfd
+                )
             try:
                 now = os.fstat(fd)
                 if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                    raise OSError(errno.EAGAIN, "it was replaced while being copied; run "
-                                  "the step again")
+                    raise OSError(
+                        errno.EAGAIN, "it was replaced while being copied; run the step again"
+                    )
                 self._copy_file_fd(fd, dfd, name, st, dst)
             finally:
                 os.close(fd)
@@ -467,19 +493,23 @@ class Transfer:
             os.mkfifo(part, stat.S_IMODE(mode), dir_fd=dfd)
         else:
             kind = "socket" if stat.S_ISSOCK(mode) else "device"
-            self.warnings.append(f"{self.phase}: {src} is a {kind}, which has no content; "
-                                 "not copied")
+            self.warnings.append(
+                f"{self.phase}: {src} is a {kind}, which has no content; not copied"
+            )
             return False
         os.rename(part, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         self._commit()
         return True
 
-    def _copy_file_fd(self, fd: int, dfd: int, name: str, st: os.stat_result,
-                      dst: str) -> None:
+    def _copy_file_fd(self, fd: int, dfd: int, name: str, st: os.stat_result, dst: str) -> None:
         part = part_name(name)
         _unlink_quiet(part, dfd)
-        out = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      0o600, dir_fd=dfd)
+        out = os.open(
+            part,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dfd,
+        )
         try:
             _copy_data(fd, out)
             os.fchmod(out, stat.S_IMODE(st.st_mode))
@@ -506,8 +536,12 @@ class Transfer:
             for name in names:
                 target = f"{session}/{name}"
                 try:
-                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                                 | os.O_NONBLOCK, 0o600, dir_fd=sfd)
+                    fd = os.open(
+                        name,
+                        os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                        0o600,
+                        dir_fd=sfd,
+                    )
                     os.close(fd)
                 except OSError as e:
                     if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
@@ -520,8 +554,7 @@ class Transfer:
                 except FileNotFoundError:
                     os.symlink(target, name, dir_fd=dfd)
                 except OSError as e:
-                    self._error("link", f"{scratch}/{name} -> {target}", e,
-                                "remove what is there")
+                    self._error("link", f"{scratch}/{name} -> {target}", e, "remove what is there")
             os.fsync(dfd)
         finally:
             os.close(sfd)
@@ -594,8 +627,9 @@ def _sync_tree(dir_fd: int, name: str) -> None:
         finally:
             os.close(fd)
     elif stat.S_ISREG(st.st_mode):
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     dir_fd=dir_fd)
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
+        )
         try:
             os.fsync(fd)
         finally:
@@ -626,15 +660,19 @@ def _tool_env() -> dict[str, str]:
         home, name = pw.pw_dir, pw.pw_name
     except KeyError:
         home, name = "/", str(os.getuid())
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "USER": name,
-            "LOGNAME": name, "LANG": "C.UTF-8"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "USER": name,
+        "LOGNAME": name,
+        "LANG": "C.UTF-8",
+    }
 
 
 # ---------------------------------------------------------------------- the worker
 
 
-def as_user(uid: int, gid: int, groups: list[int], what: str,
-            work: Callable[[], Result]) -> Result:
+def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[], Result]) -> Result:
     """Run work() in a forked child (launcher.fork: it holds nothing of root's, not the
     job lock, state or tree fds) that is the job user; its Result, or an error."""
     from launcher.fork import spawn
@@ -662,7 +700,7 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
 
         data = json.dumps(result).encode()
         while data:
-            data = data[os.write(w, data):]
+            data = data[os.write(w, data) :]
 
     child = spawn(worker, keep=(w,))
     os.close(w)
@@ -678,8 +716,13 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
         failure = child.report()
         status = child.wait()
     if os.WIFSIGNALED(status):
-        return {"errors": [f"{what}: the worker (job user {uid}) was killed by signal "
-                           f"{os.WTERMSIG(status)}; run the step again"], "warnings": []}
+        return {
+            "errors": [
+                f"{what}: the worker (job user {uid}) was killed by signal "
+                f"{os.WTERMSIG(status)}; run the step again"
+            ],
+            "warnings": [],
+        }
     if failure is not None:
         return {"errors": [f"{what}: {failure[1]}"], "warnings": []}
     try:
@@ -689,8 +732,12 @@ def as_user(uid: int, gid: int, groups: list[int], what: str,
         assert isinstance(result, dict)
         return result
     except (ValueError, AssertionError):
-        return {"errors": [f"{what}: the worker (job user {uid}) died without a report "
-                           f"(status {status:#x})"], "warnings": []}
+        return {
+            "errors": [
+                f"{what}: the worker (job user {uid}) died without a report (status {status:#x})"
+            ],
+            "warnings": [],
+        }
 
 
 def errors_of(result: Result) -> list[str]:

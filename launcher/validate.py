@@ -31,11 +31,31 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "null": (type(None),),
 }
 
-_IGNORED = frozenset({"description", "title", "$schema", "$id", "default", "$defs",
-                      "examples", "$comment"})
-KNOWN = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum",
-                   "const", "minimum", "maximum", "minLength", "maxLength", "minItems",
-                   "pattern", "anyOf", "$ref"}) | _IGNORED
+_IGNORED = frozenset(
+    {"description", "title", "$schema", "$id", "default", "$defs", "examples", "$comment"}
+)
+KNOWN = (
+    frozenset(
+        {
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "items",
+            "enum",
+            "const",
+            "minimum",
+            "maximum",
+            "minLength",
+            "maxLength",
+            "minItems",
+            "pattern",
+            "anyOf",
+            "$ref",
+        }
+    )
+    | _IGNORED
+)
 
 
 def _type_ok(value: object, name: str) -> bool:
@@ -82,8 +102,9 @@ def _pattern_ok(pattern: str, value: str) -> bool:
     return re.search(pattern, value) is not None
 
 
-def iter_errors(doc: object, schema: dict[str, object], root: dict[str, object] | None = None,
-                path: str = "") -> Iterator[str]:
+def iter_errors(
+    doc: object, schema: dict[str, object], root: dict[str, object] | None = None, path: str = ""
+) -> Iterator[str]:
     """Yield one message per violation: '<json path>: <what is wrong>'."""
     root = schema if root is None else root
     ref = schema.get("$ref")
@@ -97,8 +118,11 @@ def iter_errors(doc: object, schema: dict[str, object], root: dict[str, object] 
     if t is not None:
         names = [t] if isinstance(t, str) else [str(x) for x in t] if isinstance(t, list) else []
         if not any(_type_ok(doc, n) for n in names):
-            finite = "" if not isinstance(doc, float) or doc - doc == 0.0 else \
-                f" ({doc} is not a number in JSON)"
+            finite = (
+                ""
+                if not isinstance(doc, float) or doc - doc == 0.0
+                else f" ({doc} is not a number in JSON)"
+            )
             yield f"{_where(path)}: must be of type {' or '.join(names)}{finite}"
             return
     if "enum" in schema and doc not in schema["enum"]:  # type: ignore[operator]

@@ -94,23 +94,41 @@ class Sandbox:
     def write_config(self, extra: str = "") -> None:
         self.config.write_text(
             f'local_base = "{self.local}"\nshm_base = "{self.shm}"\n'
-            f'shared_base = "{self.shared}"\nstate_dir = "{self.state}"\nkill_wait = 2\n'
-            + extra)
+            f'shared_base = "{self.shared}"\nstate_dir = "{self.state}"\nkill_wait = 2\n' + extra
+        )
         self.config.chmod(0o644)
 
-    def run(self, args: Sequence[str], user: OsUser | None = None, timeout: float = 60,
-            env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        args: Sequence[str],
+        user: OsUser | None = None,
+        timeout: float = 60,
+        env: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> subprocess.CompletedProcess[str]:
         kw.setdefault("cwd", "/")  # the checkout may live under /tmp or /var/tmp
         result: subprocess.CompletedProcess[str] = subprocess.run(
-            self.cmd(args), timeout=timeout, capture_output=True, text=True,
-            env=self.env(user, env), **self.creds(user), **kw)
+            self.cmd(args),
+            timeout=timeout,
+            capture_output=True,
+            text=True,
+            env=self.env(user, env),
+            **self.creds(user),
+            **kw,
+        )
         return result
 
-    def popen(self, args: Sequence[str], user: OsUser | None = None,
-              env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+    def popen(
+        self,
+        args: Sequence[str],
+        user: OsUser | None = None,
+        env: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> subprocess.Popen[str]:
         kw.setdefault("cwd", "/")
         proc: subprocess.Popen[str] = subprocess.Popen(
-            self.cmd(args), text=True, env=self.env(user, env), **self.creds(user), **kw)
+            self.cmd(args), text=True, env=self.env(user, env), **self.creds(user), **kw
+        )
         return proc
 
     def cmd(self, args: Sequence[str]) -> list[str]:
@@ -164,8 +182,9 @@ def host_mounts() -> str:
 
 
 def _scratch_targets() -> set[str]:
-    return {ln for ln in host_mounts().splitlines()
-            if ln.split()[4] in ("/tmp", "/var/tmp", "/dev/shm")}
+    return {
+        ln for ln in host_mounts().splitlines() if ln.split()[4] in ("/tmp", "/var/tmp", "/dev/shm")
+    }
 
 
 HOST_SCRATCH_MOUNTS = _scratch_targets()  # the node's own, before any test ran
@@ -180,21 +199,25 @@ def job_mounts(box: Sandbox) -> list[str]:
         if target == str(box.state):
             continue
         if target.startswith((str(box.root), str(box.shm))) or (
-                target in ("/tmp", "/var/tmp", "/dev/shm") and line not in HOST_SCRATCH_MOUNTS):
+            target in ("/tmp", "/var/tmp", "/dev/shm") and line not in HOST_SCRATCH_MOUNTS
+        ):
             out.append(line)
     return out
 
 
-def assert_refused(box: Sandbox, job: str, user: OsUser, setup: subprocess.CompletedProcess[str],
-                   needle: str) -> None:
+def assert_refused(
+    box: Sandbox, job: str, user: OsUser, setup: subprocess.CompletedProcess[str], needle: str
+) -> None:
     """The job's user made it impossible: the prolog exits 0 naming the reason, nothing of
     the job exists, each task exits 125 with the reason, and the epilog forgets it."""
-    assert setup.returncode == 0 and "refused" in setup.stderr and needle in setup.stderr, \
+    assert setup.returncode == 0 and "refused" in setup.stderr and needle in setup.stderr, (
         setup.stderr
+    )
     assert box.leftovers() == [] and own_mounts(box) == []
     task = box.run(["run", "--job-id", job, "--", "true"], user=user)
-    assert task.returncode == 125 and "refused" in task.stderr and needle in task.stderr, \
+    assert task.returncode == 125 and "refused" in task.stderr and needle in task.stderr, (
         task.stderr
+    )
     assert task.stderr.count("\n") == 1
     down = box.run(["teardown", "--job-id", job])
     assert down.returncode == 0 and down.stderr == "", down.stderr

@@ -35,8 +35,10 @@ def parse(text: str) -> Samples:
         else:
             m = SAMPLE.match(line)
             assert m and m[1] == current, f"not a sample of {current}: {line!r}"
-            labels = {k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
-                      for k, v in LABELS.findall(m[2] or "")}
+            labels = {
+                k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+                for k, v in LABELS.findall(m[2] or "")
+            }
             value = float(m[3])
             assert not math.isnan(value), line
             assert labels not in [s for s, _ in families[current]], f"duplicate: {line}"

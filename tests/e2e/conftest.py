@@ -21,8 +21,7 @@ ON_CI = os.environ.get("CI") == "true"
 
 def unavailable(reason: str) -> NoReturn:
     if ON_CI:
-        pytest.fail(f"{reason} (CI=true: the docker rig tests must run, not skip)",
-                    pytrace=False)
+        pytest.fail(f"{reason} (CI=true: the docker rig tests must run, not skip)", pytrace=False)
     pytest.skip(reason)
 
 

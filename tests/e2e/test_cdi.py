@@ -42,21 +42,47 @@ def spec_path(job: str) -> Path:
     return CDI_DIR / f"jobns-{job}.json"
 
 
-def podman(rig: Rig, name: str, job: str, script: str, rootfs: Path, user: OsUser | None,
-           extra: tuple[str, ...] = ()) -> list[str]:
+def podman(
+    rig: Rig,
+    name: str,
+    job: str,
+    script: str,
+    rootfs: Path,
+    user: OsUser | None,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
     rig.podman_names.append(name)
     empty = rig.box.root / "no-hooks.d"
     empty.mkdir(exist_ok=True)
     who = ("--user", f"{user.uid}:{user.gid}") if user is not None else ()
-    return ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "run", "--rm",
-            "--name", name, "--network=none", "--hooks-dir", str(empty),
-            "--device", f"jobns.dev/job={job}", *who, *extra, "--rootfs", str(rootfs),
-            "sh", "-c", script]
+    return [
+        "podman",
+        "--runtime",
+        "runc",
+        "--cgroup-manager=cgroupfs",
+        "run",
+        "--rm",
+        "--name",
+        name,
+        "--network=none",
+        "--hooks-dir",
+        str(empty),
+        "--device",
+        f"jobns.dev/job={job}",
+        *who,
+        *extra,
+        "--rootfs",
+        str(rootfs),
+        "sh",
+        "-c",
+        script,
+    ]
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/",
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, cwd="/", stdin=subprocess.DEVNULL
+    )
 
 
 def setup(rig: Rig, job: str, user: OsUser) -> None:
@@ -86,13 +112,24 @@ def test_setup_writes_the_spec_and_teardown_removes_it(cdi: Rig, users: list[OsU
         assert [(m["containerPath"], m["hostPath"], m["options"]) for m in edits["mounts"]] == [
             ("/tmp", f"{tree}/tmp", ["rbind", "nosuid", "nodev"]),
             ("/var/tmp", f"{tree}/var_tmp", ["rbind", "nosuid", "nodev"]),
-            ("/dev/shm", f"{cdi.box.shm}/job-{job}", ["rbind", "nosuid", "nodev"])]
+            ("/dev/shm", f"{cdi.box.shm}/job-{job}", ["rbind", "nosuid", "nodev"]),
+        ]
         env = dict(e.split("=", 1) for e in edits["env"])
         assert (env["TMPDIR"], env["JOBNS_JOB_ID"]) == ("/tmp", job)
         [hook] = edits["hooks"]
-        assert hook == {"hookName": "createRuntime", "path": JOBNS,
-                        "args": ["jobns", "hook", "--config", str(cdi.box.config),
-                                 "--job-id", job, "createRuntime"]}
+        assert hook == {
+            "hookName": "createRuntime",
+            "path": JOBNS,
+            "args": [
+                "jobns",
+                "hook",
+                "--config",
+                str(cdi.box.config),
+                "--job-id",
+                job,
+                "createRuntime",
+            ],
+        }
         # Atomic: no temporary name is left in the spec directory.
         assert not [n for n in os.listdir(CDI_DIR) if n.startswith(f".jobns-{job}")]
     finally:
@@ -102,29 +139,47 @@ def test_setup_writes_the_spec_and_teardown_removes_it(cdi: Rig, users: list[OsU
 
 
 def test_containers_and_a_task_of_a_job_share_and_another_job_does_not(
-        cdi: Rig, users: list[OsUser]) -> None:
+    cdi: Rig, users: list[OsUser]
+) -> None:
     alice = users[0]
     j1, j2 = cdi.job(2), cdi.job(3)
     setup(cdi, j1, alice)
     setup(cdi, j2, alice)
     rootfs = cdi.rootfs_copy("c")
     tree = cdi.box.local / f"job-{j1}" / "tmp"
-    a = subprocess.Popen(podman(cdi, f"jobns-{cdi.tag}-ca", j1,
-                                "echo $TMPDIR $JOBNS_JOB_ID > /tmp/a; echo s > /dev/shm/s; "
-                                + GATE_LOOP + "; cat /tmp/b /tmp/t", rootfs, alice),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
-                         stdin=subprocess.DEVNULL)
+    a = subprocess.Popen(
+        podman(
+            cdi,
+            f"jobns-{cdi.tag}-ca",
+            j1,
+            "echo $TMPDIR $JOBNS_JOB_ID > /tmp/a; echo s > /dev/shm/s; "
+            + GATE_LOOP
+            + "; cat /tmp/b /tmp/t",
+            rootfs,
+            alice,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_for(tree / "a", timeout=60)
         assert (cdi.box.shm / f"job-{j1}" / "s").read_text() == "s\n"
-        b = run(podman(cdi, f"jobns-{cdi.tag}-cb", j1, "cat /tmp/a; echo b > /tmp/b", rootfs,
-                       alice))
+        b = run(
+            podman(cdi, f"jobns-{cdi.tag}-cb", j1, "cat /tmp/a; echo b > /tmp/b", rootfs, alice)
+        )
         assert (b.returncode, b.stdout) == (0, f"/tmp {j1}\n"), b.stderr
-        t = cdi.box.run(["run", "--job-id", j1, "--", "sh", "-c",
-                         "cat /tmp/a; echo t > /tmp/t"], user=alice, cwd="/")
+        t = cdi.box.run(
+            ["run", "--job-id", j1, "--", "sh", "-c", "cat /tmp/a; echo t > /tmp/t"],
+            user=alice,
+            cwd="/",
+        )
         assert (t.returncode, t.stdout) == (0, f"/tmp {j1}\n"), t.stderr
-        c = run(podman(cdi, f"jobns-{cdi.tag}-cc", j2, "ls -A /tmp /var/tmp /dev/shm", rootfs,
-                       alice))
+        c = run(
+            podman(cdi, f"jobns-{cdi.tag}-cc", j2, "ls -A /tmp /var/tmp /dev/shm", rootfs, alice)
+        )
         assert c.returncode == 0, c.stderr
         assert sorted(c.stdout.split()) == ["/dev/shm:", "/tmp:", "/var/tmp:"]  # all empty
         (tree / "gate").touch()
@@ -149,10 +204,21 @@ def test_another_users_or_roots_container_is_refused(cdi: Rig, users: list[OsUse
     rootfs = cdi.rootfs_copy("r")
     try:
         for name, user, uid in (("bob", bob, bob.uid), ("root", None, 0)):
-            r = run(podman(cdi, f"jobns-{cdi.tag}-r{name}", job, "echo ran > /tmp/x; echo ran",
-                           rootfs, user))
-            aborted(r, f"runs as uid {uid} (process.user, mapped to the host), but job {job} "
-                       f"belongs to {alice.name} (uid {alice.uid})")
+            r = run(
+                podman(
+                    cdi,
+                    f"jobns-{cdi.tag}-r{name}",
+                    job,
+                    "echo ran > /tmp/x; echo ran",
+                    rootfs,
+                    user,
+                )
+            )
+            aborted(
+                r,
+                f"runs as uid {uid} (process.user, mapped to the host), but job {job} "
+                f"belongs to {alice.name} (uid {alice.uid})",
+            )
         assert os.listdir(cdi.box.local / f"job-{job}" / "tmp") == []
     finally:
         teardown(cdi, job)
@@ -182,8 +248,9 @@ def test_without_the_owner_check_no_process_runs(cdi: Rig, users: list[OsUser]) 
     try:
         doc = json.loads(spec_path(job).read_text())
         assert "hooks" not in doc["devices"][0]["containerEdits"]
-        r = run(podman(cdi, f"jobns-{cdi.tag}-z", job, "echo z > /tmp/z; cat /tmp/z", rootfs,
-                       alice))
+        r = run(
+            podman(cdi, f"jobns-{cdi.tag}-z", job, "echo z > /tmp/z; cat /tmp/z", rootfs, alice)
+        )
         assert (r.returncode, r.stdout) == (0, "z\n"), r.stderr
         assert (cdi.box.local / f"job-{job}" / "tmp" / "z").read_text() == "z\n"
     finally:

@@ -44,15 +44,25 @@ def slurm_up() -> bool:
 def sbatch(*args: str) -> str:
     """Submit as root; the job's own outcome does not matter here (whatever prolog and
     plugin the cluster runs), only that the controller knows it."""
-    r = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args], capture_output=True,
-                       text=True, timeout=300, check=False, cwd="/")
+    r = subprocess.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd="/",
+    )
     assert r.stdout.strip(), r.stderr
     return r.stdout.strip().split(";")[0]
 
 
 def slurm_state(job_id: str) -> str:
-    r = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-j", job_id, "-o", "%T"],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        ["squeue", "-h", "-a", "-t", "all", "-j", job_id, "-o", "%T"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return r.stdout.strip()
 
 
@@ -70,8 +80,10 @@ class Gc:
 
     def run(self, mode: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
         self.calls.write_text("")
-        env = {"PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-               "JOBNS_TEST_SQUEUE": mode}
+        env = {
+            "PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "JOBNS_TEST_SQUEUE": mode,
+        }
         r = self.box.run(["gc"], env=env, timeout=120)
         return r, self.calls.read_text().splitlines()
 
@@ -94,15 +106,24 @@ def slurm_jobs() -> Iterator[tuple[str, str]]:
     alive = sbatch("--hold", "--wrap", "true")
     try:
         assert slurm_state(alive) == "PENDING"
-        assert slurm_state(ended) in ("COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL",
-                                      "BOOT_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE")
+        assert slurm_state(ended) in (
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "NODE_FAIL",
+            "BOOT_FAIL",
+            "TIMEOUT",
+            "OUT_OF_MEMORY",
+            "DEADLINE",
+        )
         yield alive, ended
     finally:
         subprocess.run(["scancel", alive], check=False)
 
 
 def test_gc_asks_slurm_only_about_recorded_jobs_and_warns_about_unknown_ones(
-        sandbox: Sandbox, users: list[OsUser], slurm_jobs: tuple[str, str]) -> None:
+    sandbox: Sandbox, users: list[OsUser], slurm_jobs: tuple[str, str]
+) -> None:
     running, done = slurm_jobs
     never = str(int(running) + 1_000_000)  # an id this controller never handed out
     alice = users[0]
@@ -124,8 +145,9 @@ def test_gc_asks_slurm_only_about_recorded_jobs_and_warns_about_unknown_ones(
     assert f"removing job {done} (not alive in Slurm)" in out
     assert not any(f"job {done} " in w for w in warnings)  # Slurm knew it: no warning
     # The warning comes before the removal it announces.
-    assert out.index(next(w for w in warnings if f"job {never} " in w)) < \
-        out.index(f"removing job {never} (unknown to Slurm)")
+    assert out.index(next(w for w in warnings if f"job {never} " in w)) < out.index(
+        f"removing job {never} (unknown to Slurm)"
+    )
     summary = json.loads((sandbox.state / "gc.json").read_text())
     assert summary["dead_jobs"] == 2 and summary["unknown_to_slurm"] == 1
     assert (sandbox.local / f"job-{running}").is_dir()
@@ -135,7 +157,8 @@ def test_gc_asks_slurm_only_about_recorded_jobs_and_warns_about_unknown_ones(
 
 
 def test_a_query_failing_as_a_whole_is_asked_again_per_id(
-        sandbox: Sandbox, users: list[OsUser], slurm_jobs: tuple[str, str]) -> None:
+    sandbox: Sandbox, users: list[OsUser], slurm_jobs: tuple[str, str]
+) -> None:
     """Slurm 22.05 fails a whole query when an id is unknown to the controller (here:
     always for a lone unknown id, and, through the wrapper, for any multi-id query)."""
     running, done = slurm_jobs
@@ -151,7 +174,8 @@ def test_a_query_failing_as_a_whole_is_asked_again_per_id(
 
 
 def test_an_unreachable_controller_leaves_running_jobs_alone(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     require(shutil.which("squeue") is not None, "squeue is not installed")
     setup(sandbox, "4242", users[0])
     r, calls = Gc(sandbox).run("down")

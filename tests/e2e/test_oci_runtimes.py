@@ -28,16 +28,34 @@ pytestmark = [pytest.mark.root, pytest.mark.runtime]
 
 BUSYBOX = Path("/bin/busybox")
 CACHE = Path("/var/cache/jobns-tests")
-APPLETS = ("sh", "ls", "cat", "echo", "touch", "mkdir", "stat", "grep", "sleep", "test", "id",
-           "cut", "true", "rm", "[")
+APPLETS = (
+    "sh",
+    "ls",
+    "cat",
+    "echo",
+    "touch",
+    "mkdir",
+    "stat",
+    "grep",
+    "sleep",
+    "test",
+    "id",
+    "cut",
+    "true",
+    "rm",
+    "[",
+)
 PODMAN_CONF = Path("/etc/containers/containers.conf")
 GATE_LOOP = "while [ ! -e /tmp/gate ]; do sleep 0.05; done"
 
 
 def busybox_rootfs() -> Path:
     """A tiny root file system, made once per busybox binary."""
-    require(BUSYBOX.is_file(), "busybox-static is not installed (apt-get install busybox-static; "
-            "ci/install-system installs it)")
+    require(
+        BUSYBOX.is_file(),
+        "busybox-static is not installed (apt-get install busybox-static; "
+        "ci/install-system installs it)",
+    )
     digest = hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()[:16]
     image = CACHE / f"rootfs-busybox-{digest}"
     if image.is_dir():
@@ -75,9 +93,14 @@ class Rig:
     def hook_args(self, stage: str) -> list[str]:
         return ["jobns", "hook", "--config", str(self.box.config), stage]
 
-    def bundle(self, name: str, script: str, annotations: dict[str, str],
-               hooks: dict[str, list[dict[str, Any]]] | None = None,
-               user: tuple[int, int] = (0, 0)) -> Path:
+    def bundle(
+        self,
+        name: str,
+        script: str,
+        annotations: dict[str, str],
+        hooks: dict[str, list[dict[str, Any]]] | None = None,
+        user: tuple[int, int] = (0, 0),
+    ) -> Path:
         """A bundle made the documented way: `runc spec`, then edited. user: the (uid, gid)
         it runs as (a job's directories go only to containers of the job's user)."""
         b = self.box.root / f"bundle-{name}"
@@ -91,27 +114,54 @@ class Rig:
         # crun shows a hook's output only in this file (runc: in its own error message).
         doc["annotations"] = {"run.oci.hooks.stderr": str(self.hooks_err), **annotations}
         # One stage (the shipped setup): the holder notices the container's exit.
-        doc["hooks"] = hooks if hooks is not None else {
-            "createRuntime": [{"path": JOBNS, "args": self.hook_args("createRuntime")}],
-        }
+        doc["hooks"] = (
+            hooks
+            if hooks is not None
+            else {
+                "createRuntime": [{"path": JOBNS, "args": self.hook_args("createRuntime")}],
+            }
+        )
         (b / "config.json").write_text(json.dumps(doc, indent=1))
         return b
 
     def cmd(self, runtime: str, bundle: Path, cid: str) -> list[str]:
         if runtime == "runc":
             return ["runc", "--root", str(self.runtime_root), "run", "-b", str(bundle), cid]
-        return ["unshare", "--mount", "sh", "-c",
-                'umount /sys/fs/cgroup/unified 2>/dev/null; exec "$@"', "sh",
-                "crun", "--root", str(self.runtime_root), "run", "-b", str(bundle), cid]
+        return [
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            'umount /sys/fs/cgroup/unified 2>/dev/null; exec "$@"',
+            "sh",
+            "crun",
+            "--root",
+            str(self.runtime_root),
+            "run",
+            "-b",
+            str(bundle),
+            cid,
+        ]
 
     def run(self, runtime: str, bundle: Path, cid: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.cmd(runtime, bundle, cid), capture_output=True, text=True,
-                              timeout=120, cwd="/", stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            self.cmd(runtime, bundle, cid),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
 
     def start(self, runtime: str, bundle: Path, cid: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.cmd(runtime, bundle, cid), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd="/",
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            self.cmd(runtime, bundle, cid),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
 
     def write_hooks_d(self) -> Path:
         """The shipped hooks.d files, pointed at this test's config."""
@@ -123,13 +173,31 @@ class Rig:
             (self.hooks_d / src.name).write_text(json.dumps(doc))
         return self.hooks_d
 
-    def podman(self, name: str, job: str, script: str, rootfs: Path,
-               extra: tuple[str, ...] = ()) -> list[str]:
+    def podman(
+        self, name: str, job: str, script: str, rootfs: Path, extra: tuple[str, ...] = ()
+    ) -> list[str]:
         self.podman_names.append(name)
-        return ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "run", "--rm",
-                "--name", name, "--network=none", "--hooks-dir", str(self.write_hooks_d()),
-                "--annotation", f"org.jobns.job-id={job}", *extra, "--rootfs", str(rootfs),
-                "sh", "-c", script]
+        return [
+            "podman",
+            "--runtime",
+            "runc",
+            "--cgroup-manager=cgroupfs",
+            "run",
+            "--rm",
+            "--name",
+            name,
+            "--network=none",
+            "--hooks-dir",
+            str(self.write_hooks_d()),
+            "--annotation",
+            f"org.jobns.job-id={job}",
+            *extra,
+            "--rootfs",
+            str(rootfs),
+            "sh",
+            "-c",
+            script,
+        ]
 
     def rootfs_copy(self, name: str) -> Path:
         dest = self.box.root / f"rootfs-{name}"
@@ -172,11 +240,16 @@ def rig(sandbox: Sandbox, image: Path) -> Iterator[Rig]:
     if r.runtime_root.exists():
         for runtime in ("runc", "crun"):
             if shutil.which(runtime):
-                ids = subprocess.run([runtime, "--root", str(r.runtime_root), "list", "-q"],
-                                     capture_output=True, text=True).stdout.split()
+                ids = subprocess.run(
+                    [runtime, "--root", str(r.runtime_root), "list", "-q"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.split()
                 for cid in ids:
-                    subprocess.run([runtime, "--root", str(r.runtime_root), "delete", "-f",
-                                    cid], capture_output=True)
+                    subprocess.run(
+                        [runtime, "--root", str(r.runtime_root), "delete", "-f", cid],
+                        capture_output=True,
+                    )
     for name in r.podman_names:
         subprocess.run(["podman", "rm", "-f", "--time", "0", name], capture_output=True)
     subprocess.run(["umount", "-l", str(sandbox.state)], capture_output=True)
@@ -185,8 +258,10 @@ def rig(sandbox: Sandbox, image: Path) -> Iterator[Rig]:
 def need(runtime: str) -> None:
     require(shutil.which(runtime) is not None, f"{runtime} is not installed (ci/install-system)")
     if runtime == "podman":
-        require(PODMAN_CONF.is_file() and "default_ulimits" in PODMAN_CONF.read_text(),
-                f"{PODMAN_CONF} must set default_ulimits = [] here (ci/install-system)")
+        require(
+            PODMAN_CONF.is_file() and "default_ulimits" in PODMAN_CONF.read_text(),
+            f"{PODMAN_CONF} must set default_ulimits = [] here (ci/install-system)",
+        )
 
 
 # --- runc and crun -------------------------------------------------------------------
@@ -197,10 +272,13 @@ def test_private_tmp_is_the_job_directory_and_goes_with_it(rig: Rig, runtime: st
     need(runtime)
     job = rig.job(1)
     etc_before = sorted(os.listdir("/etc"))
-    b = rig.bundle("one", "echo f > /tmp/f; echo g > /var/tmp/g; echo h > /dev/shm/h; "
-                          "touch /tmp/ready; " + GATE_LOOP + "; "
-                          "grep -E ' /(tmp|var/tmp|dev/shm) ' /proc/self/mountinfo; ls -A /tmp",
-                   {"org.jobns.job-id": job})
+    b = rig.bundle(
+        "one",
+        "echo f > /tmp/f; echo g > /var/tmp/g; echo h > /dev/shm/h; "
+        "touch /tmp/ready; " + GATE_LOOP + "; "
+        "grep -E ' /(tmp|var/tmp|dev/shm) ' /proc/self/mountinfo; ls -A /tmp",
+        {"org.jobns.job-id": job},
+    )
     p = rig.start(runtime, b, "one")
     tree = rig.box.local / f"job-{job}"
     wait_for(tree / "tmp" / "ready")
@@ -245,13 +323,26 @@ def test_containers_of_a_job_share_and_other_jobs_do_not(rig: Rig) -> None:
 def test_bare_jobns_run_task_shares_with_a_container(rig: Rig) -> None:
     need("runc")
     job = rig.job(3)
-    b = rig.bundle("t", "echo c > /tmp/from-container; " + GATE_LOOP + "; cat /tmp/from-task",
-                   {"org.jobns.job-id": job})
+    b = rig.bundle(
+        "t",
+        "echo c > /tmp/from-container; " + GATE_LOOP + "; cat /tmp/from-task",
+        {"org.jobns.job-id": job},
+    )
     p = rig.start("runc", b, "t")
     tree = rig.box.local / f"job-{job}" / "tmp"
     wait_for(tree / "from-container")
-    r = rig.box.run(["run", "--job-id", job, "--", "sh", "-c",
-                     "cat /tmp/from-container; echo t > /tmp/from-task; ls /dev/shm"], cwd="/")
+    r = rig.box.run(
+        [
+            "run",
+            "--job-id",
+            job,
+            "--",
+            "sh",
+            "-c",
+            "cat /tmp/from-container; echo t > /tmp/from-task; ls /dev/shm",
+        ],
+        cwd="/",
+    )
     assert (r.returncode, r.stdout) == (0, "c\n"), r.stderr
     assert (tree / "from-task").exists()  # the task ended; the container still holds it
     (tree / "gate").touch()
@@ -286,33 +377,46 @@ def test_tmp_symlink_to_etc_aborts_the_container(rig: Rig, runtime: str) -> None
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 def test_bad_annotation_aborts_the_container(rig: Rig, runtime: str) -> None:
     need(runtime)
-    b = rig.bundle("ba", "echo ran", {"org.jobns.job-id": rig.job(5),
-                                     "org.jobns.no-rm-tmpdir": "perhaps"})
-    aborted(rig.run(runtime, b, "ba"),
-            "annotation org.jobns.no-rm-tmpdir='perhaps': expected 'true' or 'false'", rig)
+    b = rig.bundle(
+        "ba", "echo ran", {"org.jobns.job-id": rig.job(5), "org.jobns.no-rm-tmpdir": "perhaps"}
+    )
+    aborted(
+        rig.run(runtime, b, "ba"),
+        "annotation org.jobns.no-rm-tmpdir='perhaps': expected 'true' or 'false'",
+        rig,
+    )
     assert rig.clean()
 
 
-@pytest.mark.parametrize(("edit", "needle"), [
-    ("s/.*/{ not json/", "read the OCI state on stdin: not JSON"),
-    ('s#"bundle":"[^"]*"#"bundle":"/nonexistent-bundle"#',
-     "open bundle /nonexistent-bundle: No such file or directory"),
-])
-def test_malformed_state_or_missing_bundle_aborts_the_container(rig: Rig, edit: str,
-                                                                needle: str) -> None:
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        ("s/.*/{ not json/", "read the OCI state on stdin: not JSON"),
+        (
+            's#"bundle":"[^"]*"#"bundle":"/nonexistent-bundle"#',
+            "open bundle /nonexistent-bundle: No such file or directory",
+        ),
+    ],
+)
+def test_malformed_state_or_missing_bundle_aborts_the_container(
+    rig: Rig, edit: str, needle: str
+) -> None:
     """runc's state, spoilt on its way to the hook by a shell in between."""
     need("runc")
     script = f"sed -e '{edit}' | exec {JOBNS} hook --config {rig.box.config} createRuntime"
-    hooks = {"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", script]}],
-             "poststop": [{"path": JOBNS, "args": rig.hook_args("poststop")}]}
+    hooks = {
+        "createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", script]}],
+        "poststop": [{"path": JOBNS, "args": rig.hook_args("poststop")}],
+    }
     b = rig.bundle("ms", "echo ran", {"org.jobns.job-id": rig.job(6)}, hooks)
     aborted(rig.run("runc", b, "ms"), needle)
     assert rig.clean()
 
 
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
-def test_prolog_job_goes_only_to_its_users_container(rig: Rig, runtime: str,
-                                                    users: list[OsUser]) -> None:
+def test_prolog_job_goes_only_to_its_users_container(
+    rig: Rig, runtime: str, users: list[OsUser]
+) -> None:
     """A job set up by a prolog for alice: her container gets its directories; bob's, or a
     root container, with her job id is aborted (DESIGN.md rule 7)."""
     need(runtime)
@@ -322,18 +426,26 @@ def test_prolog_job_goes_only_to_its_users_container(rig: Rig, runtime: str,
     assert r.returncode == 0, r.stderr
     tree = rig.box.local / f"job-{job}"
     try:
-        b = rig.bundle("mine", "id -u; echo hers > /tmp/f; ls -A /dev/shm /var/tmp",
-                       {"org.jobns.job-id": job}, user=(alice.uid, alice.gid))
+        b = rig.bundle(
+            "mine",
+            "id -u; echo hers > /tmp/f; ls -A /dev/shm /var/tmp",
+            {"org.jobns.job-id": job},
+            user=(alice.uid, alice.gid),
+        )
         ok = rig.run(runtime, b, "mine")
-        assert (ok.returncode, ok.stdout.split()) == \
-            (0, [str(alice.uid), "/dev/shm:", "/var/tmp:"]), ok.stderr
+        assert (ok.returncode, ok.stdout.split()) == (
+            0,
+            [str(alice.uid), "/dev/shm:", "/var/tmp:"],
+        ), ok.stderr
         assert (tree / "tmp" / "f").read_text() == "hers\n"
         for name, (uid, gid) in (("bobs", (bob.uid, bob.gid)), ("roots", (0, 0))):
-            b = rig.bundle(name, "echo ran; cat /tmp/f", {"org.jobns.job-id": job},
-                           user=(uid, gid))
-            aborted(rig.run(runtime, b, name),
-                    f"container {name} runs as uid {uid} (process.user, mapped to the host), "
-                    f"but job {job} belongs to {alice.name} (uid {alice.uid})", rig)
+            b = rig.bundle(name, "echo ran; cat /tmp/f", {"org.jobns.job-id": job}, user=(uid, gid))
+            aborted(
+                rig.run(runtime, b, name),
+                f"container {name} runs as uid {uid} (process.user, mapped to the host), "
+                f"but job {job} belongs to {alice.name} (uid {alice.uid})",
+                rig,
+            )
         assert sorted(os.listdir(tree / "tmp")) == ["f"]
     finally:
         assert rig.box.run(["teardown", "--job-id", job]).returncode == 0
@@ -349,21 +461,39 @@ def test_podman_hooks_d_shares_within_a_job_and_cleans_up(rig: Rig) -> None:
     j1, j2 = rig.job(7), rig.job(8)
     rootfs = rig.rootfs_copy("p")
     tree = rig.box.local / f"job-{j1}" / "tmp"
-    a = subprocess.Popen(rig.podman(f"jobns-{rig.tag}-a", j1,
-                                    "echo from-a > /tmp/a; echo s > /dev/shm/s; " + GATE_LOOP +
-                                    "; cat /tmp/b", rootfs),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
-                         stdin=subprocess.DEVNULL)
+    a = subprocess.Popen(
+        rig.podman(
+            f"jobns-{rig.tag}-a",
+            j1,
+            "echo from-a > /tmp/a; echo s > /dev/shm/s; " + GATE_LOOP + "; cat /tmp/b",
+            rootfs,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_for(tree / "a", timeout=60)
         assert (rig.box.shm / f"job-{j1}" / "s").read_text() == "s\n"
-        b = subprocess.run(rig.podman(f"jobns-{rig.tag}-b", j1, "cat /tmp/a; echo b > /tmp/b",
-                                      rootfs), capture_output=True, text=True, timeout=120,
-                           cwd="/", stdin=subprocess.DEVNULL)
+        b = subprocess.run(
+            rig.podman(f"jobns-{rig.tag}-b", j1, "cat /tmp/a; echo b > /tmp/b", rootfs),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
         assert (b.returncode, b.stdout) == (0, "from-a\n"), b.stderr
-        c = subprocess.run(rig.podman(f"jobns-{rig.tag}-c", j2, "ls -A /tmp; ls -A /dev/shm",
-                                      rootfs), capture_output=True, text=True, timeout=120,
-                           cwd="/", stdin=subprocess.DEVNULL)
+        c = subprocess.run(
+            rig.podman(f"jobns-{rig.tag}-c", j2, "ls -A /tmp; ls -A /dev/shm", rootfs),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
         assert (c.returncode, c.stdout) == (0, ""), c.stderr
         r = rig.box.run(["run", "--job-id", j1, "--", "cat", "/tmp/a"], cwd="/")
         assert (r.returncode, r.stdout) == (0, "from-a\n"), r.stderr
@@ -387,20 +517,38 @@ def test_podman_user_must_be_the_jobs(rig: Rig, users: list[OsUser]) -> None:
     assert rig.box.run(["setup", "--job-id", job, "--user", alice.name]).returncode == 0
     rootfs = rig.rootfs_copy("pu")
     try:
-        r = subprocess.run(rig.podman(f"jobns-{rig.tag}-u", job, "id -u; echo hers > /tmp/f",
-                                      rootfs, ("--user", f"{alice.uid}:{alice.gid}")),
-                           capture_output=True, text=True, timeout=120, cwd="/",
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            rig.podman(
+                f"jobns-{rig.tag}-u",
+                job,
+                "id -u; echo hers > /tmp/f",
+                rootfs,
+                ("--user", f"{alice.uid}:{alice.gid}"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
         assert (r.returncode, r.stdout) == (0, f"{alice.uid}\n"), r.stderr
         tree = rig.box.local / f"job-{job}" / "tmp"
         assert (tree / "f").read_text() == "hers\n"
         for name, extra in (("bob", ("--user", f"{bob.uid}:{bob.gid}")), ("root", ())):
-            r = subprocess.run(rig.podman(f"jobns-{rig.tag}-{name}", job, "echo ran", rootfs,
-                                          extra), capture_output=True, text=True, timeout=120,
-                               cwd="/", stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                rig.podman(f"jobns-{rig.tag}-{name}", job, "echo ran", rootfs, extra),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+            )
             uid = bob.uid if name == "bob" else 0
-            aborted(r, f"runs as uid {uid} (process.user, mapped to the host), but job {job} "
-                       f"belongs to {alice.name} (uid {alice.uid})")
+            aborted(
+                r,
+                f"runs as uid {uid} (process.user, mapped to the host), but job {job} "
+                f"belongs to {alice.name} (uid {alice.uid})",
+            )
         assert sorted(os.listdir(tree)) == ["f"]
     finally:
         assert rig.box.run(["teardown", "--job-id", job]).returncode == 0
@@ -411,10 +559,20 @@ def test_podman_bad_annotation_aborts(rig: Rig) -> None:
     need("podman")
     need("runc")
     rootfs = rig.rootfs_copy("pb")
-    r = subprocess.run(rig.podman(f"jobns-{rig.tag}-x", rig.job(9), "echo ran", rootfs,
-                                  ("--annotation", "org.jobns.shared-tmpdir=everywhere")),
-                       capture_output=True, text=True, timeout=120, cwd="/",
-                       stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        rig.podman(
+            f"jobns-{rig.tag}-x",
+            rig.job(9),
+            "echo ran",
+            rootfs,
+            ("--annotation", "org.jobns.shared-tmpdir=everywhere"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
     aborted(r, "annotation org.jobns.shared-tmpdir='everywhere': expected")
     wait_clean(rig)
 
@@ -427,19 +585,38 @@ def test_podman_with_an_old_poststop_hooks_d_file_still_cleans_up(rig: Rig) -> N
     need("runc")
     job = rig.job(12)
     hooks_d = rig.write_hooks_d()
-    old = {"version": "1.0.0",
-           "hook": {"path": JOBNS, "args": rig.hook_args("poststop")},
-           "when": {"annotations": {"^org\\.jobns\\.job-id$": ".*"}},
-           "stages": ["poststop"]}
+    old = {
+        "version": "1.0.0",
+        "hook": {"path": JOBNS, "args": rig.hook_args("poststop")},
+        "when": {"annotations": {"^org\\.jobns\\.job-id$": ".*"}},
+        "stages": ["poststop"],
+    }
     (hooks_d / "jobns-poststop.json").write_text(json.dumps(old))
     rootfs = rig.rootfs_copy("old")
     name = f"jobns-{rig.tag}-old"
     rig.podman_names.append(name)
-    cmd = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "run", "--rm",
-           "--name", name, "--network=none", "--hooks-dir", str(hooks_d),
-           "--annotation", f"org.jobns.job-id={job}", "--rootfs", str(rootfs),
-           "sh", "-c", "echo old > /tmp/o; cat /tmp/o"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/",
-                       stdin=subprocess.DEVNULL)
+    cmd = [
+        "podman",
+        "--runtime",
+        "runc",
+        "--cgroup-manager=cgroupfs",
+        "run",
+        "--rm",
+        "--name",
+        name,
+        "--network=none",
+        "--hooks-dir",
+        str(hooks_d),
+        "--annotation",
+        f"org.jobns.job-id={job}",
+        "--rootfs",
+        str(rootfs),
+        "sh",
+        "-c",
+        "echo old > /tmp/o; cat /tmp/o",
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, cwd="/", stdin=subprocess.DEVNULL
+    )
     assert (r.returncode, r.stdout) == (0, "old\n"), r.stderr
     wait_clean(rig)

@@ -44,8 +44,10 @@ int main(int argc, char **argv) {
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_root()
-    require(shutil.which("mpicc") is not None and shutil.which("mpirun") is not None,
-            "Open MPI is not installed (ci/install-system installs openmpi-bin)")
+    require(
+        shutil.which("mpicc") is not None and shutil.which("mpirun") is not None,
+        "Open MPI is not installed (ci/install-system installs openmpi-bin)",
+    )
     d = Path("/var/lib/jobns-mpi")
     d.mkdir(exist_ok=True)
     d.chmod(0o755)
@@ -64,13 +66,13 @@ def host_mpi_files() -> set[str]:
 MPIRUN = ["mpirun", "--oversubscribe", "-np", "2", "--mca", "btl", "self,vader"]
 
 
-def test_mpi_job_uses_the_jobs_tmp_and_shm(sandbox: Sandbox, users: list[OsUser],
-                                         hello: Path) -> None:
+def test_mpi_job_uses_the_jobs_tmp_and_shm(
+    sandbox: Sandbox, users: list[OsUser], hello: Path
+) -> None:
     alice = users[0]
     before = host_mpi_files()
     assert sandbox.run(["setup", "--job-id", "mpi1", "--user", alice.name]).returncode == 0
-    r = sandbox.run(["run", "--job-id", "mpi1", "--", *MPIRUN, str(hello)], user=alice,
-                    timeout=180)
+    r = sandbox.run(["run", "--job-id", "mpi1", "--", *MPIRUN, str(hello)], user=alice, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sum 1 of 2 ranks" in r.stdout
     r = sandbox.run(["teardown", "--job-id", "mpi1"])
@@ -78,17 +80,21 @@ def test_mpi_job_uses_the_jobs_tmp_and_shm(sandbox: Sandbox, users: list[OsUser]
     assert host_mpi_files() == before
 
 
-def test_killed_ranks_leftovers_go_with_the_job(sandbox: Sandbox, users: list[OsUser],
-                                                hello: Path) -> None:
+def test_killed_ranks_leftovers_go_with_the_job(
+    sandbox: Sandbox, users: list[OsUser], hello: Path
+) -> None:
     alice = users[0]
     before = host_mpi_files()
     listing = sandbox.root / "w"
     listing.mkdir(mode=0o1777)
     listing.chmod(0o1777)
     assert sandbox.run(["setup", "--job-id", "mpi2", "--user", alice.name]).returncode == 0
-    r = sandbox.run(["run", "--job-id", "mpi2", "--", *MPIRUN, "-x", "HELLO_DIE",
-                     str(hello)], user=alice, timeout=180,
-                    env={"HELLO_DIE": str(listing / "seen")})
+    r = sandbox.run(
+        ["run", "--job-id", "mpi2", "--", *MPIRUN, "-x", "HELLO_DIE", str(hello)],
+        user=alice,
+        timeout=180,
+        env={"HELLO_DIE": str(listing / "seen")},
+    )
     assert r.returncode != 0  # the ranks died of SIGKILL
     seen = (listing / "seen").read_text().split()
     # Open MPI's vader segments and session directory were in the job's own scratch...

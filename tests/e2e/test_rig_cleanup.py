@@ -28,22 +28,21 @@ def leftovers(client: Any, run_id: str) -> dict[str, list[str]]:
 def test_removes_everything_on_normal_exit(docker_client: Any, rig_image: str) -> None:
     with Rig(rig_image, 2, client=docker_client) as rig:
         made = leftovers(docker_client, rig.run_id)
-        assert len(made.get("containers", [])) == 2 and made.get("networks") \
-            and made.get("volumes"), made
+        assert (
+            len(made.get("containers", [])) == 2 and made.get("networks") and made.get("volumes")
+        ), made
     assert leftovers(docker_client, rig.run_id) == {}
 
 
 def test_removes_everything_after_an_exception(docker_client: Any, rig_image: str) -> None:
     run_id = ""
-    with pytest.raises(RuntimeError, match="boom"), Rig(rig_image, 1,
-                                                        client=docker_client) as rig:
+    with pytest.raises(RuntimeError, match="boom"), Rig(rig_image, 1, client=docker_client) as rig:
         run_id = rig.run_id
         raise RuntimeError("boom")
     assert run_id and leftovers(docker_client, run_id) == {}
 
 
-def test_removes_everything_after_keyboard_interrupt(docker_client: Any, rig_image: str
-                                                     ) -> None:
+def test_removes_everything_after_keyboard_interrupt(docker_client: Any, rig_image: str) -> None:
     run_id = ""
     with pytest.raises(KeyboardInterrupt), Rig(rig_image, 1, client=docker_client) as rig:
         run_id = rig.run_id
@@ -61,12 +60,19 @@ with Rig(sys.argv[1], 1) as rig:
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
-                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
-def test_removes_everything_when_signalled(docker_client: Any, rig_image: str,
-                                           sig: signal.Signals) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, rig_image], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
+def test_removes_everything_when_signalled(
+    docker_client: Any, rig_image: str, sig: signal.Signals
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, rig_image],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         run_id = proc.stdout.readline().strip()
@@ -82,11 +88,15 @@ def test_removes_everything_when_signalled(docker_client: Any, rig_image: str,
     assert "RigTerminated" in err or "KeyboardInterrupt" in err, err
 
 
-def test_second_signal_during_removal_waits_for_it(docker_client: Any, rig_image: str
-                                                   ) -> None:
+def test_second_signal_during_removal_waits_for_it(docker_client: Any, rig_image: str) -> None:
     """Ctrl-C, then SIGTERM while the rig is being removed: removal still completes."""
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, rig_image], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, rig_image],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         run_id = proc.stdout.readline().strip()
@@ -107,18 +117,23 @@ def _dead_owner() -> str:
     return f"{labels.boot_id()}:{2**22 + 1}:0"
 
 
-def test_sweep_removes_only_leftovers_of_dead_owners(docker_client: Any, rig_image: str
-                                                     ) -> None:
+def test_sweep_removes_only_leftovers_of_dead_owners(docker_client: Any, rig_image: str) -> None:
     dead, live = "sweeptest" + labels.new_run_id(), "sweeptest" + labels.new_run_id()
     for run_id, owner in ((dead, _dead_owner()), (live, labels.owner_of())):
         lab = {labels.RIG: run_id, labels.OWNER: owner, labels.ROLE: "test"}
         docker_client.volumes.create(f"jobns-rig-{run_id}-v", labels=lab)
         docker_client.networks.create(f"jobns-rig-{run_id}-n", internal=True, labels=lab)
-        docker_client.containers.create(rig_image, ["true"], name=f"jobns-rig-{run_id}-c",
-                                        labels=lab, network_mode="none")
+        docker_client.containers.create(
+            rig_image, ["true"], name=f"jobns-rig-{run_id}-c", labels=lab, network_mode="none"
+        )
     try:
-        out = subprocess.run([sys.executable, "-m", "containers.rig", "sweep"], cwd=REPO,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "containers.rig", "sweep"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert leftovers(docker_client, dead) == {}, out.stdout
         assert f"jobns-rig-{dead}-c" in out.stdout
@@ -140,14 +155,20 @@ def test_network_is_internal_and_nodes_reach_each_other(docker_client: Any, rig:
         route = n.exec(["ip", "route"]).check("ip route").stdout
         assert "default" not in route, f"{n.hostname} has a route out: {route}"
     # node1 -> node2 by hostname, over the rig network only
-    server = ("import socket;s=socket.socket();s.bind(('0.0.0.0',7777));s.listen();"
-              "c,_=s.accept();c.sendall(b'pong');c.close()")
-    client = ("import socket,time\nfor i in range(100):\n try:\n"
-              "  c=socket.create_connection(('node2',7777),timeout=2);break\n"
-              " except OSError: time.sleep(0.1)\nprint(c.recv(4).decode())")
+    server = (
+        "import socket;s=socket.socket();s.bind(('0.0.0.0',7777));s.listen();"
+        "c,_=s.accept();c.sendall(b'pong');c.close()"
+    )
+    client = (
+        "import socket,time\nfor i in range(100):\n try:\n"
+        "  c=socket.create_connection(('node2',7777),timeout=2);break\n"
+        " except OSError: time.sleep(0.1)\nprint(c.recv(4).decode())"
+    )
     # the client retries until the server listens
-    served, got = concurrently([
-        lambda: rig.node("node2").exec(["python3", "-c", server], timeout=30),
-        lambda: rig.node("node1").exec(["python3", "-c", client], timeout=30),
-    ])
+    served, got = concurrently(
+        [
+            lambda: rig.node("node2").exec(["python3", "-c", server], timeout=30),
+            lambda: rig.node("node1").exec(["python3", "-c", client], timeout=30),
+        ]
+    )
     assert got.stdout.strip() == "pong" and served.exit_code == 0, (served, got)

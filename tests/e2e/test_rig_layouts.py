@@ -34,7 +34,9 @@ pytestmark = pytest.mark.docker
 
 # $1 other node, $2 layout, $3 the job's directory on the volume, $4 expected uid,
 # $5 barrier directory. Exit codes name the failed check (2-7), messages say what.
-SHARED_JOB = WAIT_FOR + """\
+SHARED_JOB = (
+    WAIT_FOR
+    + """\
 set -eu
 me=$(hostname) other=$1 layout=$2 top=$3 uid=$4 sync=$5
 if [ "$layout" = per-node ]; then mine=$top/$me/tmp theirs=$top/$other/tmp
@@ -57,14 +59,18 @@ fi
 touch "$sync/checked-$me"
 wait_for "$sync/checked-$other"        # neither job ends (and removes its tree) too early
 """
+)
 
-LOCAL_JOB = WAIT_FOR + """\
+LOCAL_JOB = (
+    WAIT_FOR
+    + """\
 set -eu
 me=$(hostname) sync=$1
 echo a > /tmp/a; echo b > /var/tmp/b; echo c > /dev/shm/c
 touch "$sync/ready-$me"
 wait_for "$sync/go-$me"                # the test looks at the node from outside meanwhile
 """
+)
 
 
 def make_sync(node: Node, job_id: str) -> str:
@@ -79,17 +85,22 @@ def volume_entries(node: Node, job_id: str) -> list[str]:
     return [n for n in r.stdout.split() if f"job-{job_id}" in n]
 
 
-def run_pair(rig: Rig, job_id: str, mode: str, flags: list[str], layout: str
-             ) -> dict[str, ExecResult]:
+def run_pair(
+    rig: Rig, job_id: str, mode: str, flags: list[str], layout: str
+) -> dict[str, ExecResult]:
     sync = make_sync(rig.nodes[0], job_id)
     top = f"{SHARED_BASE}/job-{job_id}"
     n1, n2 = rig.node("node1"), rig.node("node2")
-    r1, r2 = concurrently([
-        lambda: run_job(n1, job_id, mode, flags, SHARED_JOB,
-                        ["node2", layout, top, str(UIDS[mode]), sync]),
-        lambda: run_job(n2, job_id, mode, flags, SHARED_JOB,
-                        ["node1", layout, top, str(UIDS[mode]), sync]),
-    ])
+    r1, r2 = concurrently(
+        [
+            lambda: run_job(
+                n1, job_id, mode, flags, SHARED_JOB, ["node2", layout, top, str(UIDS[mode]), sync]
+            ),
+            lambda: run_job(
+                n2, job_id, mode, flags, SHARED_JOB, ["node1", layout, top, str(UIDS[mode]), sync]
+            ),
+        ]
+    )
     results = {"node1": r1, "node2": r2}
     assert r1.exit_code == 0 and r2.exit_code == 0, describe(results)
     return results
@@ -147,8 +158,11 @@ def test_local_layout_is_per_node_and_removed(rig: Rig, mode: str) -> None:
                 time.sleep(0.1)
             else:
                 raise AssertionError(f"{n.hostname}: job never became ready")
-            for path in (f"/tmp/job-{job_id}/tmp/a", f"/tmp/job-{job_id}/var_tmp/b",
-                         f"/dev/shm/job-{job_id}/c"):
+            for path in (
+                f"/tmp/job-{job_id}/tmp/a",
+                f"/tmp/job-{job_id}/var_tmp/b",
+                f"/dev/shm/job-{job_id}/c",
+            ):
                 r = n.exec(["stat", "-c", "%u", path]).check(f"{n.hostname}: {path} exists")
                 assert r.stdout.strip() == uid, f"{n.hostname}: {path} owned by {r.stdout}"
             for path in ("/tmp/a", "/var/tmp/b", "/dev/shm/c"):  # the node's own stay clean
@@ -168,10 +182,12 @@ def test_local_layout_is_per_node_and_removed(rig: Rig, mode: str) -> None:
             release_anyway()
 
     with in_background(look):
-        r1, r2 = concurrently([
-            lambda: run_job(rig.node("node1"), job_id, mode, [], LOCAL_JOB, [sync]),
-            lambda: run_job(rig.node("node2"), job_id, mode, [], LOCAL_JOB, [sync]),
-        ])
+        r1, r2 = concurrently(
+            [
+                lambda: run_job(rig.node("node1"), job_id, mode, [], LOCAL_JOB, [sync]),
+                lambda: run_job(rig.node("node2"), job_id, mode, [], LOCAL_JOB, [sync]),
+            ]
+        )
     assert r1.exit_code == 0 and r2.exit_code == 0, describe({"node1": r1, "node2": r2})
     for n in rig.nodes:
         for path in (f"/tmp/job-{job_id}", f"/dev/shm/job-{job_id}"):

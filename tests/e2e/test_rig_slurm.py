@@ -24,9 +24,9 @@ from containers.slurm import CI_SLURM, FINAL, WORK, SlurmCluster, render_conf
 pytestmark = pytest.mark.docker
 
 COMPUTES = ("node1", "node2")
-STATE = "/run/jobns"                  # jobns' state_dir (the default)
+STATE = "/run/jobns"  # jobns' state_dir (the default)
 JOBS = f"{STATE}/jobs"
-SHARED = "/lustre/jobns"              # shared_base in the rig's jobns.toml
+SHARED = "/lustre/jobns"  # shared_base in the rig's jobns.toml
 ALICE = "alice"
 ALICE_UID = "1001"
 # each compute node's mount table before any job: jobns may add only its state_dir bind
@@ -47,13 +47,16 @@ def mountpoints(node: Node) -> dict[str, str]:
 def slurm(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
     t0 = time.monotonic()
     # kill_wait 2 (jobns) matches KillWait=2 (Slurm): a task ignoring SIGTERM dies in 2 s
-    with Rig(rig_image, hostnames=["ctl", *COMPUTES], client=docker_client,
-             config={"kill_wait": 2}) as rig:
+    with Rig(
+        rig_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
+    ) as rig:
         cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True)
         cluster.start()
         cluster.timings["up"] = time.monotonic() - t0
-        rig.log(f"slurm rig up in {cluster.timings['up']:.1f}s (nodes {rig.timings['start']:.1f}s,"
-                f" Slurm {cluster.timings['start']:.1f}s)")
+        rig.log(
+            f"slurm rig up in {cluster.timings['up']:.1f}s (nodes {rig.timings['start']:.1f}s,"
+            f" Slurm {cluster.timings['start']:.1f}s)"
+        )
         BASELINE.clear()
         BASELINE.update({n.hostname: mountpoints(n) for n in cluster.computes})
         yield cluster
@@ -68,18 +71,23 @@ def nodes_usable(request: pytest.FixtureRequest) -> None:
     cluster: SlurmCluster = request.getfixturevalue("slurm")
     bad = cluster.unusable()
     if bad:
-        pytest.fail(f"Slurm does not use {bad} (an earlier job's prolog or epilog failed; "
-                    f"see the first failure)\n{cluster.logs()}", pytrace=False)
+        pytest.fail(
+            f"Slurm does not use {bad} (an earlier job's prolog or epilog failed; "
+            f"see the first failure)\n{cluster.logs()}",
+            pytrace=False,
+        )
 
 
-def leftovers(cluster: SlurmCluster, job_id: str | None = None, *,
-              keep_shared: bool = False) -> list[str]:
+def leftovers(
+    cluster: SlurmCluster, job_id: str | None = None, *, keep_shared: bool = False
+) -> list[str]:
     """What any job left on a node, and job_id's (any job's) tree on the shared volume;
     [] when clean."""
     found: list[str] = []
     for n in cluster.computes:
-        r = n.sh(f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/who {JOBS}/* "
-                 "2>/dev/null; true")
+        r = n.sh(
+            f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/who {JOBS}/* 2>/dev/null; true"
+        )
         found += [f"{n.hostname}: {p}" for p in r.stdout.split()]
         before = BASELINE[n.hostname]
         for point, fstype in mountpoints(n).items():
@@ -94,24 +102,33 @@ def leftovers(cluster: SlurmCluster, job_id: str | None = None, *,
     return found
 
 
-def assert_no_trace(cluster: SlurmCluster, job_id: str, *, keep_shared: bool = False,
-                    timeout: float = 60) -> None:
+def assert_no_trace(
+    cluster: SlurmCluster, job_id: str, *, keep_shared: bool = False, timeout: float = 60
+) -> None:
     """Wait until Slurm is done with the job (epilogs included) and its state is gone on
     every node, then check that nothing of it is left anywhere."""
     deadline = time.monotonic() + timeout
     while True:
         queued = cluster.in_queue(job_id)
-        state = [n.hostname for n in cluster.computes
-                 if n.exec(["test", "-e", f"{JOBS}/{job_id}"]).exit_code == 0]
+        state = [
+            n.hostname
+            for n in cluster.computes
+            if n.exec(["test", "-e", f"{JOBS}/{job_id}"]).exit_code == 0
+        ]
         left = [] if queued or state else leftovers(cluster, job_id, keep_shared=keep_shared)
         if not (queued or state or left):
             return
         if time.monotonic() > deadline or (not queued and cluster.unusable()):
-            what = (["still in squeue"] if queued else []) + [f"{h}: {JOBS}/{job_id}"
-                                                               for h in state] + left
-            pytest.fail(f"job {job_id}: after {timeout:g}s: {what}\n"
-                        f"--- job output\n{cluster.output(job_id)}{cluster.logs()}",
-                        pytrace=False)
+            what = (
+                (["still in squeue"] if queued else [])
+                + [f"{h}: {JOBS}/{job_id}" for h in state]
+                + left
+            )
+            pytest.fail(
+                f"job {job_id}: after {timeout:g}s: {what}\n"
+                f"--- job output\n{cluster.output(job_id)}{cluster.logs()}",
+                pytrace=False,
+            )
         time.sleep(0.25)
 
 
@@ -135,8 +152,7 @@ def test_render_conf_lists_controller_nodes_and_extra() -> None:
 
 def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster) -> None:
     conf = slurm.controller.exec(["scontrol", "show", "config"]).check("scontrol").stdout
-    settings = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in
-                                                      conf.splitlines())}
+    settings = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in conf.splitlines())}
     assert settings["Prolog"] == "/etc/jobns/slurm/prolog"
     assert settings["Epilog"] == "/etc/jobns/slurm/epilog"
     assert "Alloc" not in settings.get("PrologFlags", "")  # a node sets up at its first step
@@ -151,20 +167,27 @@ def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster) -> None:
 
 
 def test_srun_runs_on_both_nodes_as_alice(slurm: SlurmCluster) -> None:
-    r = slurm.controller.exec(["su", ALICE, "-c",
-                               f"cd {WORK} && srun -N2 sh -c 'echo $(id -u) $(hostname)'"])
+    r = slurm.controller.exec(
+        ["su", ALICE, "-c", f"cd {WORK} && srun -N2 sh -c 'echo $(id -u) $(hostname)'"]
+    )
     assert sorted(r.check("srun as alice").stdout.splitlines()) == [
-        f"{ALICE_UID} node1", f"{ALICE_UID} node2"]
+        f"{ALICE_UID} node1",
+        f"{ALICE_UID} node2",
+    ]
 
 
 def test_srun_comment_per_node_uses_the_slurm_job_id(slurm: SlurmCluster) -> None:
     """An interactive srun gets its own allocation: the prolog sets it up from the
     comment, the tasks see $SLURM_JOB_ID's per-node tree; the epilog removes it."""
-    script = ('touch /tmp/from-$(hostname) && '
-              'test -e /lustre/jobns/job-$SLURM_JOB_ID/$(hostname)/tmp/from-$(hostname) && '
-              'echo $SLURM_JOB_ID')
-    cmd = (f"cd {WORK} && srun -N2 --comment='jobns: shared_tmpdir=per-node' "
-           f"jobns run -- sh -c '{script}'")
+    script = (
+        "touch /tmp/from-$(hostname) && "
+        "test -e /lustre/jobns/job-$SLURM_JOB_ID/$(hostname)/tmp/from-$(hostname) && "
+        "echo $SLURM_JOB_ID"
+    )
+    cmd = (
+        f"cd {WORK} && srun -N2 --comment='jobns: shared_tmpdir=per-node' "
+        f"jobns run -- sh -c '{script}'"
+    )
     r = slurm.controller.exec(["su", ALICE, "-c", cmd]).check("srun jobns run")
     ids = set(r.stdout.split())
     assert len(ids) == 1, r.stdout
@@ -189,12 +212,12 @@ def check_two_steps(slurm: SlurmCluster, job_id: str) -> None:
     for host in COMPUTES:
         uid, ns1, tmpdir = steps[("step1", host)]
         who, ns2 = steps[("step2", host)]
-        assert uid == ALICE_UID, out          # slurmstepd ran alice's task as alice
-        assert who == host, out               # each node's task sees ITS node's /tmp
-        assert ns1 == ns2, out                # both steps on a node: one namespace
+        assert uid == ALICE_UID, out  # slurmstepd ran alice's task as alice
+        assert who == host, out  # each node's task sees ITS node's /tmp
+        assert ns1 == ns2, out  # both steps on a node: one namespace
         assert tmpdir == "/tmp", out
         node_ns = slurm.rig.node(host).exec(["readlink", "/proc/1/ns/mnt"]).stdout.strip()
-        assert ns1 != node_ns, out            # ... which is not the node's own
+        assert ns1 != node_ns, out  # ... which is not the node's own
         namespaces.add(ns1)
     assert len(namespaces) == len(COMPUTES), out
 
@@ -205,10 +228,8 @@ def test_two_node_job_each_node_keeps_its_own_tmp_across_steps(slurm: SlurmClust
     assert_no_trace(slurm, job_id)
 
 
-def test_comment_per_node_no_rm_keeps_each_nodes_tmp_on_the_volume(slurm: SlurmCluster
-                                                                   ) -> None:
-    job_id = slurm.sbatch(ALICE, TWO_STEPS, "--comment=jobns: shared_tmpdir=per-node; "
-                                            "no_rm_tmpdir")
+def test_comment_per_node_no_rm_keeps_each_nodes_tmp_on_the_volume(slurm: SlurmCluster) -> None:
+    job_id = slurm.sbatch(ALICE, TWO_STEPS, "--comment=jobns: shared_tmpdir=per-node; no_rm_tmpdir")
     check_two_steps(slurm, job_id)
     assert_no_trace(slurm, job_id, keep_shared=True)
     top = f"{SHARED}/job-{job_id}"
@@ -240,8 +261,9 @@ while :; do sleep 0.2; done
 
 def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) -> None:
     slurm.controller.put_file(f"{WORK}/stubborn.sh", STUBBORN, mode=0o755)
-    job_id = slurm.sbatch(ALICE, f"#!/bin/sh\n#SBATCH -N2\nsrun -N2 jobns run -- "
-                                 f"{WORK}/stubborn.sh\n", wait=False)
+    job_id = slurm.sbatch(
+        ALICE, f"#!/bin/sh\n#SBATCH -N2\nsrun -N2 jobns run -- {WORK}/stubborn.sh\n", wait=False
+    )
     pids: dict[str, list[str]] = {}
     deadline = time.monotonic() + 60
     while len(pids) < len(COMPUTES):
@@ -252,9 +274,11 @@ def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) 
         bad = slurm.unusable()
         if bad or time.monotonic() > deadline or slurm.job_state(job_id)[0] in FINAL:
             slurm.scancel(job_id)
-            pytest.fail(f"job {job_id}: tasks did not start on both nodes: {pids}; Slurm "
-                        f"does not use {bad}\n{slurm.output(job_id)}{slurm.logs()}",
-                        pytrace=False)
+            pytest.fail(
+                f"job {job_id}: tasks did not start on both nodes: {pids}; Slurm "
+                f"does not use {bad}\n{slurm.output(job_id)}{slurm.logs()}",
+                pytrace=False,
+            )
         time.sleep(0.2)
     for host, ps in pids.items():
         n = slurm.rig.node(host)
@@ -271,7 +295,9 @@ def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) 
         # gone, not even a zombie: the node's init (docker-init) reaps the escapee
         alive = slurm.rig.node(host).sh(
             'for i in $(seq 50); do left=""; for p; do [ ! -e /proc/$p ] || left="$left $p"; '
-            'done; [ -z "$left" ] && exit 0; sleep 0.1; done; echo $left', *ps)
+            'done; [ -z "$left" ] && exit 0; sleep 0.1; done; echo $left',
+            *ps,
+        )
         assert alive.stdout.split() == [], f"{host}: survived scancel: {alive.stdout}"
     assert took < 30, f"scancel to clean took {took:.1f}s"
 
@@ -308,15 +334,28 @@ ls -A /run/jobns/jobs | sed 's/^/left: /'
 """
 
 
-def test_setup_pins_the_job_whatever_cpu_made_its_namespace(docker_client: Any,
-                                                            rig_image: str) -> None:
+def test_setup_pins_the_job_whatever_cpu_made_its_namespace(
+    docker_client: Any, rig_image: str
+) -> None:
     with Rig(rig_image, 1, client=docker_client) as rig:
         node = rig.nodes[0]
         cpus = node.exec(["nproc"]).check("nproc").stdout.strip()
         assert int(cpus) >= 2, f"needs two CPUs to make two batches of ids, not {cpus}"
         node.exec(["taskset", "-c", "1", "/usr/bin/python3", "-c", BURN]).check("burn ids")
-        r = node.exec(["taskset", "-c", "1", "unshare", "--mount", "--propagation", "private",
-                       "sh", "-c", SETUP_ON_CPU0])
+        r = node.exec(
+            [
+                "taskset",
+                "-c",
+                "1",
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                SETUP_ON_CPU0,
+            ]
+        )
         out = r.stdout + r.stderr
         assert "setup exit 0" in r.stdout and "teardown exit 0" in r.stdout, out
         assert "left: " not in r.stdout, out
@@ -332,8 +371,9 @@ def test_setup_pins_the_job_whatever_cpu_made_its_namespace(docker_client: Any,
 
 @pytest.fixture(scope="module")
 def enforced(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
-    with Rig(rig_image, hostnames=["ctl", *COMPUTES], client=docker_client,
-             config={"kill_wait": 2}) as rig:
+    with Rig(
+        rig_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
+    ) as rig:
         cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, enforce=True)
         cluster.start()
         before = {n.hostname: mountpoints(n) for n in cluster.computes}
@@ -346,8 +386,10 @@ def enforced(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
 def enforced_leftovers(cluster: SlurmCluster, before: dict[str, dict[str, str]]) -> list[str]:
     found = []
     for n in cluster.computes:
-        r = n.sh(f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/*-from-* "
-                 f"/dev/shm/*-from-* {JOBS}/* 2>/dev/null; true")
+        r = n.sh(
+            f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/*-from-* "
+            f"/dev/shm/*-from-* {JOBS}/* 2>/dev/null; true"
+        )
         found += [f"{n.hostname}: {p}" for p in r.stdout.split()]
         for point, fstype in mountpoints(n).items():
             if fstype == "nsfs" or (point not in before[n.hostname] and point != STATE):
@@ -372,9 +414,13 @@ echo t > /tmp/pty-from-\\$(hostname)'" /dev/null
 
 
 def test_enforced_two_node_job_every_process_in_each_nodes_namespace(
-        enforced: SlurmCluster) -> None:
-    job_id = enforced.sbatch(ALICE, EVERY_PATH, "--comment=jobns: shared_tmpdir=per-node; "
-                                                "no_rm_tmpdir; shm capacity=64MiB")
+    enforced: SlurmCluster,
+) -> None:
+    job_id = enforced.sbatch(
+        ALICE,
+        EVERY_PATH,
+        "--comment=jobns: shared_tmpdir=per-node; no_rm_tmpdir; shm capacity=64MiB",
+    )
     out = enforced.output(job_id)
     lines = [ln.replace("^@", "").split() for ln in out.splitlines()]
     seen: dict[tuple[str, str], list[str]] = {(w[0], w[1]): w[2:] for w in lines if len(w) > 2}
@@ -390,8 +436,8 @@ def test_enforced_two_node_job_every_process_in_each_nodes_namespace(
         assert seen[("wrapped", host)][1] == f"/tmp/pmix/slurm.pmix.{job_id}.1", out
         listing = seen[("plain", host)][2:]
         assert f"plain-from-{host}" in listing and not any(
-            f.endswith(f"-from-{other}") for other in COMPUTES if other != host
-            for f in listing), out  # each node's /tmp is its own
+            f.endswith(f"-from-{other}") for other in COMPUTES if other != host for f in listing
+        ), out  # each node's /tmp is its own
     assert seen[("batch", first)][1] == "/tmp", out
     assert_no_trace(enforced, job_id, keep_shared=True)
     top = f"{SHARED}/job-{job_id}"
@@ -407,9 +453,14 @@ def test_enforced_two_node_job_every_process_in_each_nodes_namespace(
 
 
 def test_enforced_refused_job_fails_on_both_nodes_and_they_stay_idle(
-        enforced: SlurmCluster) -> None:
-    job_id = enforced.sbatch(ALICE, "#!/bin/sh\n#SBATCH -N2\necho batch-ran\nsrun -N2 true\n",
-                             "--comment=jobns: shm capacity=2gib", wait=False)
+    enforced: SlurmCluster,
+) -> None:
+    job_id = enforced.sbatch(
+        ALICE,
+        "#!/bin/sh\n#SBATCH -N2\necho batch-ran\nsrun -N2 true\n",
+        "--comment=jobns: shm capacity=2gib",
+        wait=False,
+    )
     state, code = enforced.wait_done(job_id)
     out = enforced.output(job_id)
     assert state == "FAILED" and code == "1:0", (state, code, out)

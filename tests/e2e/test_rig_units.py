@@ -18,7 +18,8 @@ def test_host_mirror_reads_deb822_sources(tmp_path: Path) -> None:
         "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\n"
         "Suites: bookworm bookworm-updates\nComponents: main\n\n"
         "Types: deb\nURIs: http://security.example/debian-security\n"
-        "Suites: bookworm-security\nComponents: main\n")
+        "Suites: bookworm-security\nComponents: main\n"
+    )
     assert images.host_mirror(str(tmp_path)) == "http://mirror.example/debian"
 
 
@@ -26,7 +27,8 @@ def test_host_mirror_reads_one_line_lists_and_falls_back(tmp_path: Path) -> None
     (tmp_path / "sources.list.d").mkdir()
     assert images.host_mirror(str(tmp_path)) == images.DEFAULT_MIRROR
     (tmp_path / "sources.list").write_text(
-        "deb [signed-by=/k.gpg] http://other.example/debian bookworm main\n")
+        "deb [signed-by=/k.gpg] http://other.example/debian bookworm main\n"
+    )
     assert images.host_mirror(str(tmp_path)) == "http://other.example/debian"
 
 
@@ -74,4 +76,10 @@ def test_toml_quotes_strings_and_keeps_numbers() -> None:
 def test_as_user_goes_through_su_for_others_only() -> None:
     assert as_user("root", ["id", "-u"]) == ["id", "-u"]
     assert as_user("alice", ["sh", "-c", "echo 'a b'"]) == [
-        "su", "alice", "-s", "/bin/sh", "-c", "sh -c 'echo '\"'\"'a b'\"'\"''"]
+        "su",
+        "alice",
+        "-s",
+        "/bin/sh",
+        "-c",
+        "sh -c 'echo '\"'\"'a b'\"'\"''",
+    ]

@@ -24,16 +24,17 @@ JOBNS = "/opt/jobns/venv/bin/jobns"
 
 
 def slurm_with_jobns() -> bool:
-    r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
-                       check=False)
+    r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=False)
     return r.returncode == 0 and "/etc/jobns/slurm/prolog" in r.stdout
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Path]:
     require_root()
-    require(shutil.which("sbatch") is not None and slurm_with_jobns(),
-            "Slurm with the jobns prolog/epilog is not running (ci/start-slurm --jobns)")
+    require(
+        shutil.which("sbatch") is not None and slurm_with_jobns(),
+        "Slurm with the jobns prolog/epilog is not running (ci/start-slurm --jobns)",
+    )
     saved = CONFIG.read_bytes() if CONFIG.exists() else None
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "shared").mkdir(parents=True)
@@ -56,10 +57,22 @@ def sbatch(user: OsUser, work: Path, script: str, *opts: str, wait: bool = True)
     path = work / f"job-{time.monotonic_ns()}.sh"
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)
-    args = ["sbatch", "--parsable", f"--chdir={work}", f"--output={work}/slurm-%j.out",
-            *opts, *(["--wait"] if wait else []), str(path)]
-    r = subprocess.run(["su", user.name, "-c", " ".join(f"'{a}'" for a in args)],
-                       capture_output=True, text=True, timeout=300, check=False)
+    args = [
+        "sbatch",
+        "--parsable",
+        f"--chdir={work}",
+        f"--output={work}/slurm-%j.out",
+        *opts,
+        *(["--wait"] if wait else []),
+        str(path),
+    ]
+    r = subprocess.run(
+        ["su", user.name, "-c", " ".join(f"'{a}'" for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.stdout.strip(), r.stderr
     job_id = r.stdout.strip().splitlines()[0].split(";")[0]
     if wait:
@@ -76,8 +89,9 @@ def wait_gone(job_id: str, timeout: float = 60) -> None:
     """Until Slurm forgot the job and the epilog removed every trace of it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
-                           check=False)
+        q = subprocess.run(
+            ["squeue", "-h", "-j", job_id], capture_output=True, text=True, check=False
+        )
         if not q.stdout.strip() and not (STATE / job_id).exists():
             return
         time.sleep(0.2)
@@ -95,10 +109,12 @@ def assert_no_trace(job_id: str) -> None:
 
 def test_two_steps_share_tmp_and_dev_shm(cluster: Path, users: list[OsUser]) -> None:
     alice = users[0]
-    script = (f"srun {JOBNS} run -- sh -c 'echo from-step-0 > /tmp/f; echo seg > /dev/shm/s; "
-              "id -u; readlink /proc/self/ns/mnt'\n"
-              f"srun {JOBNS} run -- sh -c 'cat /tmp/f /dev/shm/s; readlink /proc/self/ns/mnt; "
-              "echo $TMPDIR $PMIX_NSDIR'\n")
+    script = (
+        f"srun {JOBNS} run -- sh -c 'echo from-step-0 > /tmp/f; echo seg > /dev/shm/s; "
+        "id -u; readlink /proc/self/ns/mnt'\n"
+        f"srun {JOBNS} run -- sh -c 'cat /tmp/f /dev/shm/s; readlink /proc/self/ns/mnt; "
+        "echo $TMPDIR $PMIX_NSDIR'\n"
+    )
     job_id = sbatch(alice, cluster, script)
     out = output(cluster, job_id).split()
     assert out[0] == str(alice.uid)  # slurmstepd ran the task as the job user
@@ -111,9 +127,13 @@ def test_two_steps_share_tmp_and_dev_shm(cluster: Path, users: list[OsUser]) -> 
 def test_concurrent_jobs_do_not_see_each_other(cluster: Path, users: list[OsUser]) -> None:
     alice, bob = users
     gate = cluster / "gate"
-    first = sbatch(alice, cluster,
-                   f"srun {JOBNS} run -- sh -c 'touch /tmp/alices; touch {cluster}/a.ready; "
-                   f"while [ ! -e {gate} ]; do sleep 0.1; done; ls /tmp'\n", wait=False)
+    first = sbatch(
+        alice,
+        cluster,
+        f"srun {JOBNS} run -- sh -c 'touch /tmp/alices; touch {cluster}/a.ready; "
+        f"while [ ! -e {gate} ]; do sleep 0.1; done; ls /tmp'\n",
+        wait=False,
+    )
     deadline = time.monotonic() + 120
     while not (cluster / "a.ready").exists():
         assert time.monotonic() < deadline, output(cluster, first)
@@ -127,12 +147,15 @@ def test_concurrent_jobs_do_not_see_each_other(cluster: Path, users: list[OsUser
     assert_no_trace(second)
 
 
-def test_per_node_shared_tmpdir_through_the_job_comment(cluster: Path,
-                                                       users: list[OsUser]) -> None:
+def test_per_node_shared_tmpdir_through_the_job_comment(cluster: Path, users: list[OsUser]) -> None:
     alice = users[0]
     host = os.uname().nodename.split(".")[0]
-    job_id = sbatch(alice, cluster, f"srun {JOBNS} run -- sh -c 'echo kept > /tmp/result'\n",
-                    "--comment=jobns: shared_tmpdir=per-node; no_rm_tmpdir")
+    job_id = sbatch(
+        alice,
+        cluster,
+        f"srun {JOBNS} run -- sh -c 'echo kept > /tmp/result'\n",
+        "--comment=jobns: shared_tmpdir=per-node; no_rm_tmpdir",
+    )
     wait_gone(job_id)
     kept = WORK / "shared" / f"job-{job_id}" / host / "tmp" / "result"
     assert kept.read_text() == "kept\n"
@@ -143,9 +166,11 @@ def test_per_node_shared_tmpdir_through_the_job_comment(cluster: Path,
 def test_scancel_cleans_up_a_task_ignoring_sigterm(cluster: Path, users: list[OsUser]) -> None:
     alice = users[0]
     pidfile = cluster / "pids"
-    script = (f"srun {JOBNS} run -- sh -c \"trap '' TERM; setsid sh -c 'trap \\\"\\\" TERM; "
-              f"echo \\$\\$ >> {pidfile}; exec sleep 600' & echo \\$\\$ >> {pidfile}; "
-              "while :; do sleep 0.2; done\"\n")
+    script = (
+        f"srun {JOBNS} run -- sh -c \"trap '' TERM; setsid sh -c 'trap \\\"\\\" TERM; "
+        f"echo \\$\\$ >> {pidfile}; exec sleep 600' & echo \\$\\$ >> {pidfile}; "
+        'while :; do sleep 0.2; done"\n'
+    )
     job_id = sbatch(alice, cluster, script, wait=False)
     deadline = time.monotonic() + 120
     while not pidfile.exists() or len(pidfile.read_text().split()) < 2:

@@ -30,8 +30,7 @@ def enforced() -> bool:
     """The SPANK enforcement (ci/start-slurm --enforce: the jobns plugin in PlugStackConfig)
     hides the state directory inside a job, where oci-config would look for the prolog's
     record: not this test's mode."""
-    r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
-                       check=False)
+    r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=False)
     for line in r.stdout.splitlines():
         if line.split("=")[0].strip() == "PlugStackConfig":
             path = Path(line.partition("=")[2].strip())
@@ -41,10 +40,15 @@ def enforced() -> bool:
 
 @pytest.fixture
 def container_cluster(users: list[OsUser]) -> Iterator[tuple[Path, Path]]:
-    require(shutil.which("sbatch") is not None and slurm_with_jobns(),
-            "Slurm with the jobns prolog/epilog is not running (ci/start-slurm --jobns)")
-    require(not enforced(), "Slurm runs in --enforce mode (ci/start-slurm --jobns without "
-            "--enforce for srun --container through jobns oci-config)")
+    require(
+        shutil.which("sbatch") is not None and slurm_with_jobns(),
+        "Slurm with the jobns prolog/epilog is not running (ci/start-slurm --jobns)",
+    )
+    require(
+        not enforced(),
+        "Slurm runs in --enforce mode (ci/start-slurm --jobns without "
+        "--enforce for srun --container through jobns oci-config)",
+    )
     require(shutil.which("runc") is not None, "runc is not installed (ci/install-system)")
     alice = users[0]
     saved = OCI_CONF.read_bytes() if OCI_CONF.exists() else None
@@ -81,21 +85,28 @@ def container_cluster(users: list[OsUser]) -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(WORK, ignore_errors=True)
 
 
-def test_srun_container_gets_the_jobs_directories(container_cluster: tuple[Path, Path],
-                                                  users: list[OsUser]) -> None:
+def test_srun_container_gets_the_jobs_directories(
+    container_cluster: tuple[Path, Path], users: list[OsUser]
+) -> None:
     work, bundle = container_cluster
     alice = users[0]
     show = 'grep -E " /(tmp|var/tmp|dev/shm) " /proc/self/mountinfo | cut -d" " -f4,5'
-    script = (f"srun --container={bundle} sh -c 'echo $TMPDIR $JOBNS_JOB_ID; "
-              f"echo one > /tmp/f; echo seg > /dev/shm/s; {show}'\n"
-              f"srun --container={bundle} sh -c 'cat /tmp/f /dev/shm/s'\n"
-              # The batch script itself runs on the host: the job's tree has the file.
-              "cat /tmp/job-$SLURM_JOB_ID/tmp/f\n")
+    script = (
+        f"srun --container={bundle} sh -c 'echo $TMPDIR $JOBNS_JOB_ID; "
+        f"echo one > /tmp/f; echo seg > /dev/shm/s; {show}'\n"
+        f"srun --container={bundle} sh -c 'cat /tmp/f /dev/shm/s'\n"
+        # The batch script itself runs on the host: the job's tree has the file.
+        "cat /tmp/job-$SLURM_JOB_ID/tmp/f\n"
+    )
     job_id = sbatch(alice, work, script)
     out = output(work, job_id).splitlines()
     assert out[0] == f"/tmp {job_id}", out
-    assert sorted(out[1:4]) == sorted([f"/job-{job_id} /dev/shm",
-                                       f"/tmp/job-{job_id}/tmp /tmp",
-                                       f"/tmp/job-{job_id}/var_tmp /var/tmp"]), out
+    assert sorted(out[1:4]) == sorted(
+        [
+            f"/job-{job_id} /dev/shm",
+            f"/tmp/job-{job_id}/tmp /tmp",
+            f"/tmp/job-{job_id}/var_tmp /var/tmp",
+        ]
+    ), out
     assert out[4:] == ["one", "seg", "one"], out
     assert_no_trace(job_id)

@@ -34,8 +34,13 @@ SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def start_slurm(*mode: str) -> None:
     for _ in range(3):
-        r = subprocess.run([str(REPO / "ci" / "start-slurm"), *mode], capture_output=True,
-                           text=True, timeout=300, check=False)
+        r = subprocess.run(
+            [str(REPO / "ci" / "start-slurm"), *mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         if r.returncode == 0:
             return
         # Slurm's own job_container/tmpfs fails its smoke job while anything is mounted
@@ -45,8 +50,7 @@ def start_slurm(*mode: str) -> None:
 
 
 def node_state() -> str:
-    r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                       check=False)
+    r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=False)
     return r.stdout.strip()
 
 
@@ -62,10 +66,14 @@ def wait_idle(timeout: float = 60) -> None:
 def wait_gone(job_id: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
-                           check=False)
-        if not q.stdout.strip() and not (STATE / job_id).exists() \
-                and not (JC_BASE / job_id).exists():
+        q = subprocess.run(
+            ["squeue", "-h", "-j", job_id], capture_output=True, text=True, check=False
+        )
+        if (
+            not q.stdout.strip()
+            and not (STATE / job_id).exists()
+            and not (JC_BASE / job_id).exists()
+        ):
             return
         assert time.monotonic() < deadline, f"job {job_id} still there after {timeout}s"
         time.sleep(0.2)
@@ -74,16 +82,17 @@ def wait_gone(job_id: str, timeout: float = 60) -> None:
 @pytest.fixture(scope="module", params=["jobns", "tmpfs"])
 def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     require_root()
-    require(subprocess.run(["which", "sbatch"], capture_output=True).returncode == 0,
-            "Slurm is not installed (ci/install-system)")
+    require(
+        subprocess.run(["which", "sbatch"], capture_output=True).returncode == 0,
+        "Slurm is not installed (ci/install-system)",
+    )
     saved = CONFIG.read_bytes() if CONFIG.exists() else None
     subprocess.run(["rm", "-rf", str(WORK)], check=False)
     (WORK / "shared").mkdir(parents=True)
     (WORK / "work").mkdir()
     (WORK / "work").chmod(0o1777)
     CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG.write_text(f'shared_base = "{WORK}/shared"\nkill_wait = 2\n'
-                      "[slurm]\nenforce = true\n")
+    CONFIG.write_text(f'shared_base = "{WORK}/shared"\nkill_wait = 2\n[slurm]\nenforce = true\n')
     CONFIG.chmod(0o644)
     try:
         if request.param == "jobns":
@@ -138,8 +147,9 @@ while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done
 """
 
 
-def test_every_process_of_a_job_is_in_its_namespace(mode: str, work: Path,
-                                                    users: list[OsUser]) -> None:
+def test_every_process_of_a_job_is_in_its_namespace(
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
     alice, bob = users
     tag = uuid.uuid4().hex[:8]
     job_id = sbatch(alice, work, every_path_script(mode, tag, work), wait=False)
@@ -190,8 +200,9 @@ def test_every_process_of_a_job_is_in_its_namespace(mode: str, work: Path,
     wait_idle()
 
 
-def test_a_job_user_cannot_mount_in_the_job_namespace(mode: str, work: Path,
-                                                     users: list[OsUser]) -> None:
+def test_a_job_user_cannot_mount_in_the_job_namespace(
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
     alice = users[0]
     probe = (
         "import ctypes, os\n"
@@ -204,26 +215,35 @@ def test_a_job_user_cannot_mount_in_the_job_namespace(mode: str, work: Path,
         "print('userns', os.readlink('/proc/self/ns/user'))\n"
     )
     (work / "probe.py").write_text(probe)
-    job_id = sbatch(alice, work, f"srun /usr/bin/python3 {work}/probe.py\n"
-                                 f"/usr/bin/python3 {work}/probe.py\n")
+    job_id = sbatch(
+        alice, work, f"srun /usr/bin/python3 {work}/probe.py\n/usr/bin/python3 {work}/probe.py\n"
+    )
     out = output(work, job_id)
     lines = [ln for ln in out.splitlines() if ln.startswith(("mount", "umount2"))]
     assert len(lines) == 6, out
     assert all(" -1 Operation not permitted" in ln for ln in lines), out
     # The namespace belongs to the host's user namespace: no user namespace of hers.
     host_userns = str(Path("/proc/self/ns/user").readlink())
-    assert [ln.split()[1] for ln in out.splitlines() if ln.startswith("userns")] == \
-        [host_userns, host_userns], out
+    assert [ln.split()[1] for ln in out.splitlines() if ln.startswith("userns")] == [
+        host_userns,
+        host_userns,
+    ], out
     wait_gone(job_id)
 
 
 @pytest.mark.parametrize("mode", ["jobns"], indirect=True)
 def test_a_refused_job_fails_with_the_reason_and_the_node_stays_idle(
-        mode: str, work: Path, users: list[OsUser]) -> None:
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
     alice = users[0]
     tag = uuid.uuid4().hex[:8]
-    job_id = sbatch(alice, work, f"echo ran > /tmp/x-{tag}; echo ran-{tag}\n",
-                    "--comment=jobns: shm capacity=2gib", wait=False)
+    job_id = sbatch(
+        alice,
+        work,
+        f"echo ran > /tmp/x-{tag}; echo ran-{tag}\n",
+        "--comment=jobns: shm capacity=2gib",
+        wait=False,
+    )
     wait_gone(job_id, timeout=120)
     out = output(work, job_id)
     assert "jobns: job" in out and "was refused by jobns setup" in out and "'gib'" in out, out
@@ -236,13 +256,16 @@ def test_a_refused_job_fails_with_the_reason_and_the_node_stays_idle(
 
 
 @pytest.mark.parametrize("mode", ["jobns"], indirect=True)
-def test_a_missing_pin_fails_the_next_step_not_the_node(mode: str, work: Path,
-                                                       users: list[OsUser]) -> None:
+def test_a_missing_pin_fails_the_next_step_not_the_node(
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
     alice = users[0]
     tag = uuid.uuid4().hex[:8]
-    script = (f"touch {work}/ready-{tag}\n"
-              f"while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done\n"
-              f"srun sh -c 'echo step-ran-{tag}'; echo srun-exit=$?\n")
+    script = (
+        f"touch {work}/ready-{tag}\n"
+        f"while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done\n"
+        f"srun sh -c 'echo step-ran-{tag}'; echo srun-exit=$?\n"
+    )
     job_id = sbatch(alice, work, script, wait=False)
     try:
         wait_for(work / f"ready-{tag}", job_id, work)
@@ -258,15 +281,16 @@ def test_a_missing_pin_fails_the_next_step_not_the_node(mode: str, work: Path,
 
 
 @pytest.mark.parametrize("mode", ["jobns"], indirect=True)
-def test_a_job_not_set_up_by_jobns_does_not_run(mode: str, work: Path,
-                                                users: list[OsUser]) -> None:
+def test_a_job_not_set_up_by_jobns_does_not_run(mode: str, work: Path, users: list[OsUser]) -> None:
     """The plugin fails closed for a job without a record (no prolog on this node, or
     a prolog that is not jobns): it never runs outside a namespace."""
     alice = users[0]
     tag = uuid.uuid4().hex[:8]
-    script = (f"touch {work}/ready-{tag}\n"
-              f"while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done\n"
-              f"srun sh -c 'echo step-ran-{tag}'\n")
+    script = (
+        f"touch {work}/ready-{tag}\n"
+        f"while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done\n"
+        f"srun sh -c 'echo step-ran-{tag}'\n"
+    )
     job_id = sbatch(alice, work, script, wait=False)
     try:
         wait_for(work / f"ready-{tag}", job_id, work)
@@ -274,8 +298,9 @@ def test_a_job_not_set_up_by_jobns_does_not_run(mode: str, work: Path,
     finally:
         (work / f"gate-{tag}").touch()
     deadline = time.monotonic() + 60
-    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True,
-                         text=True).stdout.strip():
+    while subprocess.run(
+        ["squeue", "-h", "-j", job_id], capture_output=True, text=True
+    ).stdout.strip():
         assert time.monotonic() < deadline
         time.sleep(0.2)
     out = output(work, job_id)

@@ -34,32 +34,48 @@ class FuzzBox:
         # run's box is: then it names a directory that is never made (only setup --dry-run
         # and pure planning read it).
         self.scratch = FUZZ_ROOT / root.name / "scratch"
-        self.cwd = root / "cwd"          # the fuzzed commands' working directory (empty)
-        self.files = root / "files"      # scripts and configs written per example
+        self.cwd = root / "cwd"  # the fuzzed commands' working directory (empty)
+        self.files = root / "files"  # scripts and configs written per example
         self.bundle = root / "bundle"
         made = [self.scratch] if self.scratch.is_relative_to(root) else []
-        for d in (self.local, self.shared, self.shm, self.stage, self.sessions, *made,
-                  self.cwd, self.files):
+        for d in (
+            self.local,
+            self.shared,
+            self.shm,
+            self.stage,
+            self.sessions,
+            *made,
+            self.cwd,
+            self.files,
+        ):
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(0o1777)
         self.state.mkdir(mode=0o755, exist_ok=True)
         (self.bundle / "rootfs").mkdir(parents=True, exist_ok=True)
         self.bundle.chmod(0o755)
-        (self.bundle / "config.json").write_text(json.dumps(
-            {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
-             "process": {"user": {"uid": 0, "gid": 0}, "env": ["PATH=/bin"]}}))
+        (self.bundle / "config.json").write_text(
+            json.dumps(
+                {
+                    "ociVersion": "1.0.2",
+                    "root": {"path": "rootfs"},
+                    "process": {"user": {"uid": 0, "gid": 0}, "env": ["PATH=/bin"]},
+                }
+            )
+        )
         self.config = root / "jobns.toml"
         self.config.write_text(
             f'local_base = "{self.local}"\nshm_base = "{self.shm}"\n'
-            f'shared_base = "{self.shared}"\nstate_dir = "{self.state}"\nkill_wait = 1\n')
-        self.rich = root / "rich.toml"   # staging, capacities and ARC: more code reached
+            f'shared_base = "{self.shared}"\nstate_dir = "{self.state}"\nkill_wait = 1\n'
+        )
+        self.rich = root / "rich.toml"  # staging, capacities and ARC: more code reached
         self.rich.write_text(
             self.config.read_text()
             + f'[arc]\nscratchdir = "{self.scratch}"\nshared_filesystem = true\n'
             f'[capacity]\ngranularity = "1MiB"\nshm_max = "1GiB"\ntmp_max = "4GiB"\n'
             f'[directives]\nword = "JOBNS"\n'
             f'[staging]\nstage_roots = ["{self.stage}"]\nsession_roots = ["{self.sessions}"]\n'
-            f'session_dir = "%d"\n')
+            f'session_dir = "%d"\n'
+        )
         for f in (self.config, self.rich):
             f.chmod(0o644)
         root.chmod(0o755)
@@ -70,8 +86,18 @@ class FuzzBox:
         return [str(self.config), str(self.rich)]
 
     def paths(self) -> list[str]:
-        return [str(p) for p in (self.local, self.shared, self.shm, self.state, self.stage,
-                                 self.sessions, self.scratch)]
+        return [
+            str(p)
+            for p in (
+                self.local,
+                self.shared,
+                self.shm,
+                self.state,
+                self.stage,
+                self.sessions,
+                self.scratch,
+            )
+        ]
 
     @overload
     def place(self, text: str) -> str: ...
@@ -83,13 +109,11 @@ class FuzzBox:
         """text with the strategies' placeholder roots replaced by this box's."""
         if text is None:
             return None
-        return text.replace(STAGE_ROOT, str(self.stage)).replace(SESSION_ROOT,
-                                                                  str(self.sessions))
+        return text.replace(STAGE_ROOT, str(self.stage)).replace(SESSION_ROOT, str(self.sessions))
 
     def write(self, name: str, data: bytes | str) -> str:
         path = self.files / name
-        path.write_bytes(data.encode("utf-8", "surrogatepass") if isinstance(data, str)
-                         else data)
+        path.write_bytes(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
         path.chmod(0o644)
         return str(path)
 
@@ -108,8 +132,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzBox]:
     yield fb
     if os.geteuid() == 0:
         # setup/teardown/gc/hook make state_dir a private bind mount of itself.
-        subprocess.run(["umount", "-R", "-l", str(fb.state)], check=False,
-                       capture_output=True)
+        subprocess.run(["umount", "-R", "-l", str(fb.state)], check=False, capture_output=True)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -117,8 +140,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not TRIED:
         return
     profile = "long" if LONG else "ci"
-    terminalreporter.write_sep("-", f"jobns fuzz: inputs tried per target ({profile} "
-                                    f"profile, {EXAMPLES} examples per property)")
+    terminalreporter.write_sep(
+        "-",
+        f"jobns fuzz: inputs tried per target ({profile} "
+        f"profile, {EXAMPLES} examples per property)",
+    )
     for target, n in sorted(TRIED.items()):
         terminalreporter.write_line(f"fuzz {target}: {n} inputs")
     terminalreporter.write_line(f"fuzz total: {sum(TRIED.values())} inputs")

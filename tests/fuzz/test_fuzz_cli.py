@@ -56,12 +56,46 @@ from tests.fuzz.support import (
     user_spec,
 )
 
-KILL_WAITS = st.one_of(st.sampled_from(
-    ["0", "1", "2.5", "86400", "86401", "-1", "nan", "inf", "1e3", "0x10", " 3 ", "1_0", "",
-     "\u0663", "1e400"]), hostile_text(6))
+KILL_WAITS = st.one_of(
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "2.5",
+            "86400",
+            "86401",
+            "-1",
+            "nan",
+            "inf",
+            "1e3",
+            "0x10",
+            " 3 ",
+            "1_0",
+            "",
+            "\u0663",
+            "1e400",
+        ]
+    ),
+    hostile_text(6),
+)
 ALL_OPTIONS = sorted({name for c in COMMANDS.values() for name in c.opts})
-NOISE = [["-h"], ["--help"], ["-"], ["--"], ["-x"], ["--frob"], ["--job-id="], ["---"], ["--="],
-         ["-1"], ["--dry-run=1"], ["--config"], ["--json=x"], ["help"], ["--version"]]
+NOISE = [
+    ["-h"],
+    ["--help"],
+    ["-"],
+    ["--"],
+    ["-x"],
+    ["--frob"],
+    ["--job-id="],
+    ["---"],
+    ["--="],
+    ["-1"],
+    ["--dry-run=1"],
+    ["--config"],
+    ["--json=x"],
+    ["help"],
+    ["--version"],
+]
 # What may run how: hazard() checks every argv, parsed as jobns will, before it runs.
 READ_ONLY = {"env", "status"}
 DRY_RUN_ONLY = {"setup", "oci-config"}
@@ -72,16 +106,35 @@ def values(box: FuzzBox) -> dict[str, st.SearchStrategy[str]]:
     return {
         "--job-id": job_id_text(),
         "--user": user_spec(),
-        "--use-shared-tmpdir": st.one_of(st.sampled_from(
-            ["", "per-node", "shared", "no", "PER-NODE"]), hostile_text(6)),
+        "--use-shared-tmpdir": st.one_of(
+            st.sampled_from(["", "per-node", "shared", "no", "PER-NODE"]), hostile_text(6)
+        ),
         "--kill-wait": KILL_WAITS,
-        "--config": mostly(st.sampled_from(box.configs), st.sampled_from(
-            ["", str(box.root / "missing.toml"), str(box.root), "missing.toml",
-             str(box.files / "fuzz.toml")])),
+        "--config": mostly(
+            st.sampled_from(box.configs),
+            st.sampled_from(
+                [
+                    "",
+                    str(box.root / "missing.toml"),
+                    str(box.root),
+                    "missing.toml",
+                    str(box.files / "fuzz.toml"),
+                ]
+            ),
+        ),
         "--net": st.one_of(st.sampled_from(["host", "none", "", "NONE"]), hostile_text(6)),
-        "--script": st.one_of(st.sampled_from(
-            [str(box.files / "cli.sh"), str(box.files / "cli.sh"), str(box.root / "no.sh"),
-             str(box.root), ""]), hostile_text(6)),
+        "--script": st.one_of(
+            st.sampled_from(
+                [
+                    str(box.files / "cli.sh"),
+                    str(box.files / "cli.sh"),
+                    str(box.root / "no.sh"),
+                    str(box.root),
+                    "",
+                ]
+            ),
+            hostile_text(6),
+        ),
         "--directives": directives_text().map(lambda t: str(box.place(t))),
         "--session-dir": st.one_of(st.just(f"{box.sessions}/abc"), path_text()),
         "--format": st.one_of(st.sampled_from(["sh", "json", ""]), hostile_text(5)),
@@ -102,13 +155,21 @@ def option_tokens(box: FuzzBox, name: str) -> st.SearchStrategy[list[str]]:
             return mostly(st.just([opt]), value.map(lambda v: [f"{opt}={v}"]))
         if kind == OPTIONAL:
             return st.one_of(st.just([opt]), value.map(lambda v: [f"{opt}={v}"]))
-        return mostly(st.one_of(value.map(lambda v: [opt, v]),
-                                value.map(lambda v: [f"{opt}={v}"])), st.just([opt]))
+        return mostly(
+            st.one_of(value.map(lambda v: [opt, v]), value.map(lambda v: [f"{opt}={v}"])),
+            st.just([opt]),
+        )
 
     own = st.sampled_from(sorted(cmd.opts)).flatmap(one)
-    group = mostly(own, st.one_of(st.sampled_from(ALL_OPTIONS).flatmap(one),
-                                  st.sampled_from(NOISE), hostile_text(8).map(lambda t: [t])),
-                   one_in=10)
+    group = mostly(
+        own,
+        st.one_of(
+            st.sampled_from(ALL_OPTIONS).flatmap(one),
+            st.sampled_from(NOISE),
+            hostile_text(8).map(lambda t: [t]),
+        ),
+        one_in=10,
+    )
     return st.lists(group, max_size=5).map(lambda gs: [t for g in gs for t in g])
 
 
@@ -116,29 +177,67 @@ def tail(box: FuzzBox, name: str) -> st.SearchStrategy[list[str]]:
     """The positional arguments: run's COMMAND, hook's STAGE, oci-config's BUNDLE."""
     junk = hostile_text(8).map(lambda t: [t])
     if name == "run":
-        return mostly(st.just(["--", "true"]), st.one_of(st.sampled_from(
-            [[], ["true"], ["--", "true", "x"], ["--"]]), junk))
+        return mostly(
+            st.just(["--", "true"]),
+            st.one_of(st.sampled_from([[], ["true"], ["--", "true", "x"], ["--"]]), junk),
+        )
     if name == "hook":
-        return st.one_of(st.sampled_from(
-            [[], ["createRuntime"], ["prestart"], ["poststop"], ["startContainer"],
-             ["poststart"], ["a", "b"]]), junk)
+        return st.one_of(
+            st.sampled_from(
+                [
+                    [],
+                    ["createRuntime"],
+                    ["prestart"],
+                    ["poststop"],
+                    ["startContainer"],
+                    ["poststart"],
+                    ["a", "b"],
+                ]
+            ),
+            junk,
+        )
     if name == "oci-config":
-        return st.one_of(st.sampled_from(
-            [[str(box.bundle)], [str(box.bundle)], [str(box.files / "bundle")], [],
-             [str(box.bundle), "x"], [str(box.root / "missing")]]), junk)
+        return st.one_of(
+            st.sampled_from(
+                [
+                    [str(box.bundle)],
+                    [str(box.bundle)],
+                    [str(box.files / "bundle")],
+                    [],
+                    [str(box.bundle), "x"],
+                    [str(box.root / "missing")],
+                ]
+            ),
+            junk,
+        )
     return mostly(st.just([]), st.one_of(junk, st.just(["--", "x"])))
 
 
 def argv_for(box: FuzzBox, names: list[str]) -> st.SearchStrategy[list[str]]:
     def build(name: str) -> st.SearchStrategy[list[str]]:
         forced = ["--dry-run"] if name in DRY_RUN_ONLY else []
-        return st.builds(lambda opts, rest: [name, *forced, *opts, *rest],
-                         option_tokens(box, name), tail(box, name))
+        return st.builds(
+            lambda opts, rest: [name, *forced, *opts, *rest],
+            option_tokens(box, name),
+            tail(box, name),
+        )
 
-    junk = st.one_of(st.sampled_from([[], [""], ["-h"], ["--help"], ["help"], ["--version"],
-                                      ["RUN"], ["--config", str(box.config)], ["run="]]),
-                     st.builds(lambda a, b: [a, *b], hostile_text(8),
-                               st.lists(hostile_text(6), max_size=3)))
+    junk = st.one_of(
+        st.sampled_from(
+            [
+                [],
+                [""],
+                ["-h"],
+                ["--help"],
+                ["help"],
+                ["--version"],
+                ["RUN"],
+                ["--config", str(box.config)],
+                ["run="],
+            ]
+        ),
+        st.builds(lambda a, b: [a, *b], hostile_text(8), st.lists(hostile_text(6), max_size=3)),
+    )
     return mostly(st.sampled_from(names).flatmap(build), junk, one_in=10)
 
 
@@ -190,7 +289,7 @@ def test_cli_parse(box: FuzzBox, data: st.DataObject) -> None:
     for key, value in opts.items():
         assert value is None or isinstance(value, (str, bool)), (key, value)
     assert isinstance(command, list) and all(isinstance(a, str) for a in command)
-    assert not command or cmd.args or argv[argv.index("--") + 1:] == command
+    assert not command or cmd.args or argv[argv.index("--") + 1 :] == command
 
 
 @contextlib.contextmanager
@@ -218,21 +317,26 @@ def private_cache(box: FuzzBox) -> Iterator[None]:
 
 @fuzz(2)
 @given(data=st.data(), env=slurm_env())
-def test_cli_dispatch_in_process(box: FuzzBox, private_cache: None, data: st.DataObject,
-                                 env: dict[str, str]) -> None:
+def test_cli_dispatch_in_process(
+    box: FuzzBox, private_cache: None, data: st.DataObject, env: dict[str, str]
+) -> None:
     """cli.dispatch itself, for everything that touches nothing (any user)."""
     # As the console script gets it: what an exec can pass (no NUL; undecodable bytes
     # as U+DC80..U+DCFF). A NUL or another lone surrogate cannot reach jobns that way.
-    argv = [os.fsdecode(to_bytes(a)) for a in
-            data.draw(argv_for(box, ["env", "status", "run", "setup", "oci-config"]))]
+    argv = [
+        os.fsdecode(to_bytes(a))
+        for a in data.draw(argv_for(box, ["env", "status", "run", "setup", "oci-config"]))
+    ]
     if argv and argv[0] == "run" and "--dry-run" not in argv:
         argv.insert(1, "--dry-run")
     assume(hazard(box, argv, in_process=True) is None)
     tried("cli.dispatch")
     write_inputs(box, data, argv)
-    with environment(box, {k: str(box.place(v)) for k, v in env.items()}), \
-            contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()) as err:
+    with (
+        environment(box, {k: str(box.place(v)) for k, v in env.items()}),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()) as err,
+    ):
         rc = cli.dispatch(argv)
     stderr = err.getvalue()
     try:
@@ -274,8 +378,9 @@ def hook_stdin(box: FuzzBox) -> st.SearchStrategy[bytes]:
             doc = {**doc, "pid": pid}
         return doc
 
-    return st.builds(lambda doc, how: json_bytes(no_live_pid(doc), how), state_doc(bundles),
-                     st.integers(0, 2))
+    return st.builds(
+        lambda doc, how: json_bytes(no_live_pid(doc), how), state_doc(bundles), st.integers(0, 2)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -284,22 +389,34 @@ def bob() -> OsUser:
     return _ensure_user("jobnsbob")
 
 
-def run_cli(box: FuzzBox, argv: list[str], env: dict[str, str], stdin: bytes,
-            user: OsUser | None) -> tuple[int, str]:
-    base = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8",
-            "JOBNS_CONFIG": str(box.config), "HOME": user.home if user else "/root",
-            "USER": user.name if user else "root"}
+def run_cli(
+    box: FuzzBox, argv: list[str], env: dict[str, str], stdin: bytes, user: OsUser | None
+) -> tuple[int, str]:
+    base = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "LANG": "C.UTF-8",
+        "JOBNS_CONFIG": str(box.config),
+        "HOME": user.home if user else "/root",
+        "USER": user.name if user else "root",
+    }
     full = {to_bytes(k): to_bytes(v) for k, v in {**base, **env}.items()}
-    creds: dict[str, object] = {} if user is None else {
-        "user": user.uid, "group": user.gid, "extra_groups": [user.gid]}
-    r = subprocess.run([os.fsencode(JOBNS), *(to_bytes(a) for a in argv)], input=stdin,
-                       capture_output=True, env=full, cwd=str(box.cwd), timeout=60,
-                       check=False, **creds)  # type: ignore[call-overload]
+    creds: dict[str, object] = (
+        {} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": [user.gid]}
+    )
+    r = subprocess.run(
+        [os.fsencode(JOBNS), *(to_bytes(a) for a in argv)],
+        input=stdin,
+        capture_output=True,
+        env=full,
+        cwd=str(box.cwd),
+        timeout=60,
+        check=False,
+        **creds,
+    )  # type: ignore[call-overload]
     return r.returncode, r.stderr.decode("utf-8", "backslashreplace")
 
 
-def check_real_cli(box: FuzzBox, data: st.DataObject, user: OsUser | None,
-                   target: str) -> None:
+def check_real_cli(box: FuzzBox, data: st.DataObject, user: OsUser | None, target: str) -> None:
     # What the child will see: no NUL (exec cannot pass one), surrogates as bytes.
     argv = [os.fsdecode(to_bytes(a)) for a in data.draw(argv_for(box, sorted(COMMANDS)))]
     assume(hazard(box, argv, in_process=False) is None)
@@ -335,21 +452,34 @@ def test_real_cli_as_user(box: FuzzBox, bob: OsUser, data: st.DataObject) -> Non
 @pytest.mark.root
 @fuzz(0.25)
 @given(data=st.data(), user=st.booleans())
-def test_real_cli_with_fuzzed_config(box: FuzzBox, bob: OsUser, data: st.DataObject,
-                                     user: bool) -> None:
+def test_real_cli_with_fuzzed_config(
+    box: FuzzBox, bob: OsUser, data: st.DataObject, user: bool
+) -> None:
     """A site config with typos, read by the commands that only read: one line naming
     the key, never a traceback, as root and as a user."""
     require_root()
     path = box.write("fuzz.toml", data.draw(config_text(box.paths())))
-    sub = data.draw(st.sampled_from([["env", "--job-id", "7"], ["status"], ["status", "--json"],
-                                     ["run", "--dry-run", "--job-id", "7"],
-                                     ["setup", "--dry-run", "--job-id", "7",
-                                      "--directives", "shm capacity=1M; tmp capacity=1M"],
-                                     ["oci-config", "--dry-run", "--job-id", "7",
-                                      str(box.bundle)]]))
+    sub = data.draw(
+        st.sampled_from(
+            [
+                ["env", "--job-id", "7"],
+                ["status"],
+                ["status", "--json"],
+                ["run", "--dry-run", "--job-id", "7"],
+                [
+                    "setup",
+                    "--dry-run",
+                    "--job-id",
+                    "7",
+                    "--directives",
+                    "shm capacity=1M; tmp capacity=1M",
+                ],
+                ["oci-config", "--dry-run", "--job-id", "7", str(box.bundle)],
+            ]
+        )
+    )
     tried("cli.subprocess.config")
-    rc, stderr = run_cli(box, [sub[0], "--config", path, *sub[1:]], {}, b"",
-                         bob if user else None)
+    rc, stderr = run_cli(box, [sub[0], "--config", path, *sub[1:]], {}, b"", bob if user else None)
     try:
         check_cli(rc, stderr, JOBNS_CODES)
     except AssertionError:

@@ -62,8 +62,14 @@ def strings(value: object) -> Iterator[str]:
 def check_usable(config: Config) -> None:
     """What jobns hands to the kernel, execve or a job record must be representable
     there: every path and argument encodable without a NUL, every number finite."""
-    paths = [config.local_base, config.shm_base, config.shared_base, config.state_dir,
-             *config.staging.session_roots, *config.staging.stage_roots]
+    paths = [
+        config.local_base,
+        config.shm_base,
+        config.shared_base,
+        config.state_dir,
+        *config.staging.session_roots,
+        *config.staging.stage_roots,
+    ]
     if config.arc is not None:
         paths += [config.arc.scratchdir, config.arc.movetool, config.arc.shared_scratch]
     paths += [config.lifecycle.pre_run, config.lifecycle.post_run, *config.staging.stdio]
@@ -83,8 +89,7 @@ def consume(config: Config, layout: str, shm: int | None) -> None:
     directives = Directives(present=True, shm_capacity=shm)
     for d in (None, directives):
         outcome(capacity.plan, config, d, layout)
-    outcome(parse_directives, "shm capacity=1GiB; shared_tmpdir", config.directive_word,
-            1)
+    outcome(parse_directives, "shm capacity=1GiB; shared_tmpdir", config.directive_word, 1)
     job = Job("42", JOB_USER, "node1", layout)
     plan = outcome(build, config, job)
     env = job_environment(config, job)
@@ -100,10 +105,10 @@ def consume(config: Config, layout: str, shm: int | None) -> None:
 
 
 @fuzz()
-@given(data=st.data(), layout=st.sampled_from(LAYOUTS),
-       shm=optional(st.integers(1, 2**63 - 1)))
-def test_config_parse_and_use(box: FuzzBox, data: st.DataObject, layout: str,
-                              shm: int | None) -> None:
+@given(data=st.data(), layout=st.sampled_from(LAYOUTS), shm=optional(st.integers(1, 2**63 - 1)))
+def test_config_parse_and_use(
+    box: FuzzBox, data: st.DataObject, layout: str, shm: int | None
+) -> None:
     text = data.draw(config_text(box.paths()))
     tried("config.parse")
     doc = outcome(config_mod.parse, text, "fuzz.toml")
@@ -119,8 +124,12 @@ def test_config_parse_and_use(box: FuzzBox, data: st.DataObject, layout: str,
 @given(data=st.data())
 def test_config_load_from_file(box: FuzzBox, cache: str, data: st.DataObject) -> None:
     """load(): bytes on disk (any encoding), the cache root keeps, a second load."""
-    raw = data.draw(st.one_of(config_text(box.paths()).map(
-        lambda t: t.encode("utf-8", "surrogatepass")), st.binary(max_size=60)))
+    raw = data.draw(
+        st.one_of(
+            config_text(box.paths()).map(lambda t: t.encode("utf-8", "surrogatepass")),
+            st.binary(max_size=60),
+        )
+    )
     tried("config.load")
     path = box.write("load.toml", raw)
     first = outcome(config_mod.load, path, {})
@@ -148,10 +157,12 @@ def test_config_checker_agrees_with_jsonschema(box: FuzzBox, data: st.DataObject
 
 
 @fuzz()
-@given(key=st.sampled_from(["granularity", "shm_max", "tmp_max", "shm_default",
-                            "tmp_default"]),
-       value=st.one_of(capacity_text(), st.integers(-(2**70), 2**70)),
-       layout=st.sampled_from(LAYOUTS), shm=optional(st.integers(1, 2**63 - 1)))
+@given(
+    key=st.sampled_from(["granularity", "shm_max", "tmp_max", "shm_default", "tmp_default"]),
+    value=st.one_of(capacity_text(), st.integers(-(2**70), 2**70)),
+    layout=st.sampled_from(LAYOUTS),
+    shm=optional(st.integers(1, 2**63 - 1)),
+)
 def test_capacity_section(key: str, value: object, layout: str, shm: int | None) -> None:
     """[capacity]: every size spelling a site can write, through the whole capacity plan."""
     tried("config.capacity")

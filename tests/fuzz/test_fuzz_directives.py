@@ -46,24 +46,39 @@ from tests.fuzz.support import (
     tried,
 )
 
-WORDS = st.one_of(st.sampled_from(["JOBNS", "JOBNS", "BB", "jobns", "#JOBNS", "", "a b",
-                                   "x" * 64, "x" * 65, "JOBNS\n"]), hostile_text(8))
-GRANULARITIES = st.one_of(st.sampled_from([1, 1, 1024, 1 << 20, 1000, 3, 0, -1, 2**62, 2**63,
-                                           2**64]), st.integers(-(2**65), 2**65))
+WORDS = st.one_of(
+    st.sampled_from(
+        ["JOBNS", "JOBNS", "BB", "jobns", "#JOBNS", "", "a b", "x" * 64, "x" * 65, "JOBNS\n"]
+    ),
+    hostile_text(8),
+)
+GRANULARITIES = st.one_of(
+    st.sampled_from([1, 1, 1024, 1 << 20, 1000, 3, 0, -1, 2**62, 2**63, 2**64]),
+    st.integers(-(2**65), 2**65),
+)
 ROOTS = ["/stage", "/session/x", "/tmp", "/var/tmp", "/dev/shm"]
-roots = st.one_of(st.lists(st.sampled_from(ROOTS), max_size=3),
-                  st.lists(st.one_of(st.sampled_from([*ROOTS, "/", "rel", "/a/../b", ""]),
-                                     path_text()), max_size=3))
+roots = st.one_of(
+    st.lists(st.sampled_from(ROOTS), max_size=3),
+    st.lists(
+        st.one_of(st.sampled_from([*ROOTS, "/", "rel", "/a/../b", ""]), path_text()), max_size=3
+    ),
+)
 symbols = st.builds(
     Symbols,
     job_id=optional(st.one_of(NUMBERS, hostile_text(8))),
     array_job_id=optional(st.one_of(NUMBERS, hostile_text(8))),
     array_task_id=optional(st.one_of(NUMBERS, hostile_text(8))),
-    workdir=optional(st.one_of(st.sampled_from(["/home/u/job", "/", "rel", "/a/../b",
-                                                "/a/\x00", "/" + "x" * 5000]), path_text())),
+    workdir=optional(
+        st.one_of(
+            st.sampled_from(["/home/u/job", "/", "rel", "/a/../b", "/a/\x00", "/" + "x" * 5000]),
+            path_text(),
+        )
+    ),
     user=optional(st.one_of(st.sampled_from(["alice", "..", ".", "", "a/b"]), hostile_text(8))),
-    job_name=optional(st.one_of(st.sampled_from(["job", "../../etc", "%u", "x" * 300]),
-                                hostile_text(12))))
+    job_name=optional(
+        st.one_of(st.sampled_from(["job", "../../etc", "%u", "x" * 300]), hostile_text(12))
+    ),
+)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CAPACITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
 
@@ -163,10 +178,10 @@ def test_normalise_and_confine(path: str, allowed: list[str]) -> None:
 
 
 @fuzz(2)
-@given(text=script_text(), word=WORDS, granularity=GRANULARITIES, syms=symbols,
-       allowed=roots)
-def test_parse_script(text: str, word: str, granularity: int, syms: Symbols,
-                      allowed: list[str]) -> None:
+@given(text=script_text(), word=WORDS, granularity=GRANULARITIES, syms=symbols, allowed=roots)
+def test_parse_script(
+    text: str, word: str, granularity: int, syms: Symbols, allowed: list[str]
+) -> None:
     tried("directives.parse_script")
     got = outcome(parse_script, text, word, granularity)
     if isinstance(got, JobnsError):
@@ -180,10 +195,10 @@ def test_parse_script(text: str, word: str, granularity: int, syms: Symbols,
 
 
 @fuzz(2)
-@given(text=directives_text(), word=WORDS, granularity=GRANULARITIES, syms=symbols,
-       allowed=roots)
-def test_parse_directives(text: str, word: str, granularity: int, syms: Symbols,
-                          allowed: list[str]) -> None:
+@given(text=directives_text(), word=WORDS, granularity=GRANULARITIES, syms=symbols, allowed=roots)
+def test_parse_directives(
+    text: str, word: str, granularity: int, syms: Symbols, allowed: list[str]
+) -> None:
     tried("directives.parse_directives")
     got = outcome(parse_directives, text, word, granularity)
     if isinstance(got, JobnsError):

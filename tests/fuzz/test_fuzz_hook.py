@@ -53,19 +53,30 @@ def check_job(job: Job, named: object, pmix: bool) -> None:
 
 
 def site_config(box: FuzzBox) -> Config:
-    return Config({"local_base": str(box.local), "shm_base": str(box.shm),
-                   "shared_base": str(box.shared), "state_dir": str(box.state)}, "fuzz")
+    return Config(
+        {
+            "local_base": str(box.local),
+            "shm_base": str(box.shm),
+            "shared_base": str(box.shared),
+            "state_dir": str(box.state),
+        },
+        "fuzz",
+    )
 
 
-def follow_bundle(box: FuzzBox, b: Bundle, state_annotations: dict[str, str], cid: str | None,
-                  flags: dict[str, str | bool | None]) -> None:
+def follow_bundle(
+    box: FuzzBox,
+    b: Bundle,
+    state_annotations: dict[str, str],
+    cid: str | None,
+    flags: dict[str, str | bool | None],
+) -> None:
     """What createRuntime and oci-config do with a loaded bundle, short of the system."""
     ids_ = outcome(b.process_ids)
     if isinstance(ids_, tuple):
         assert all(type(i) is int and 0 <= i < 2**32 for i in ids_)
     for pmix in (False, True):
-        got = outcome(identity.job_of, {**b.annotations, **state_annotations}, b, cid, flags,
-                      pmix)
+        got = outcome(identity.job_of, {**b.annotations, **state_annotations}, b, cid, flags, pmix)
         if isinstance(got, JobnsError):
             continue
         job, named = got
@@ -74,9 +85,14 @@ def follow_bundle(box: FuzzBox, b: Bundle, state_annotations: dict[str, str], ci
         if isinstance(plan, JobnsError):
             continue
         hooks = oci_config.hook_entries("/opt/jobns/venv/bin/jobns", str(box.config))
-        new = outcome(oci_config.rewrite, b.doc, oci_config.binds_of(plan),
-                      job_environment(site_config(box), job),
-                      oci_config.annotations_of(job, named), hooks)
+        new = outcome(
+            oci_config.rewrite,
+            b.doc,
+            oci_config.binds_of(plan),
+            job_environment(site_config(box), job),
+            oci_config.annotations_of(job, named),
+            hooks,
+        )
         if isinstance(new, dict):
             # What write_doc does with it; and what the runtime then reads back.
             data = json.dumps(new, indent=2).encode() + b"\n"
@@ -100,22 +116,44 @@ def test_oci_state_parse(doc: object, how: int) -> None:
 
 
 @fuzz()
-@given(data=st.one_of(st.binary(max_size=80), hostile_text(60).map(
-    lambda t: t.encode("utf-8", "surrogatepass")), st.sampled_from(
-    [b"", b" ", b"{}", b"[]", b"null", b"1e400", b"[" * 5000, b'{"a":' * 3000,
-     b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":1e400}',
-     b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":NaN}',
-     b'\xef\xbb\xbf{}', b'{"bundle":"/b","bundle":"/c"}'])))
+@given(
+    data=st.one_of(
+        st.binary(max_size=80),
+        hostile_text(60).map(lambda t: t.encode("utf-8", "surrogatepass")),
+        st.sampled_from(
+            [
+                b"",
+                b" ",
+                b"{}",
+                b"[]",
+                b"null",
+                b"1e400",
+                b"[" * 5000,
+                b'{"a":' * 3000,
+                b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":1e400}',
+                b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":NaN}',
+                b"\xef\xbb\xbf{}",
+                b'{"bundle":"/b","bundle":"/c"}',
+            ]
+        ),
+    )
+)
 def test_oci_state_raw_bytes(data: bytes) -> None:
     tried("hook.state.raw_bytes")
     outcome(oci.parse, data)
 
 
 @fuzz()
-@given(arg=st.one_of(st.none(), st.sampled_from([*oci.STAGES, *oci.NOT_HERE, "", "CREATERUNTIME"]),
-                     hostile_text(10)),
-       status=st.one_of(st.sampled_from(["creating", "created", "running", "stopped",
-                                         "paused"]), hostile_text(8)))
+@given(
+    arg=st.one_of(
+        st.none(),
+        st.sampled_from([*oci.STAGES, *oci.NOT_HERE, "", "CREATERUNTIME"]),
+        hostile_text(10),
+    ),
+    status=st.one_of(
+        st.sampled_from(["creating", "created", "running", "stopped", "paused"]), hostile_text(8)
+    ),
+)
 def test_stage_for(arg: str | None, status: str) -> None:
     tried("hook.state.stage_for")
     got = outcome(oci.stage_for, arg, status)
@@ -127,8 +165,13 @@ def test_stage_for(arg: str | None, status: str) -> None:
 def test_hook_front(box: FuzzBox, data: st.DataObject, how: int) -> None:
     """hook main up to the first system call on the container: parse the state, pick the
     stage, check the id, load the bundle it names, work out the job."""
-    bundles = [str(box.bundle), str(box.bundle) + "/", str(box.root / "missing"),
-               str(box.bundle / "config.json"), "bundle"]
+    bundles = [
+        str(box.bundle),
+        str(box.bundle) + "/",
+        str(box.root / "missing"),
+        str(box.bundle / "config.json"),
+        "bundle",
+    ]
     doc = data.draw(state_doc(bundles))
     tried("hook.front")
     st_ = outcome(oci.parse, json_bytes(doc, how))
@@ -145,25 +188,36 @@ def test_hook_front(box: FuzzBox, data: st.DataObject, how: int) -> None:
     # pid, since reading /proc/PID/uid_map of whatever process has it harms nothing.
     ids_ = outcome(b.process_ids, st_.pid)
     if isinstance(ids_, tuple):
-        got = outcome(identity.job_of, {**b.annotations, **st_.annotations}, b, cid,
-                      ids=ids_)
+        got = outcome(identity.job_of, {**b.annotations, **st_.annotations}, b, cid, ids=ids_)
         if isinstance(got, tuple) and hasattr(identity, "check_named"):
             outcome(identity.check_named, f"container {cid}", ids_[0], got[0].user, got[1])
     follow_bundle(box, b, st_.annotations, cid, {})
 
 
 @fuzz(2)
-@given(doc=st.one_of(oci_config_doc(), oci_config_doc(), json_values), how=st.integers(0, 2),
-       cid=st.one_of(st.none(), job_id_text()),
-       state_annotations=mostly(st.just({}), annotation_maps),
-       flags=st.fixed_dictionaries({}, optional={
-           "job_id": st.one_of(st.none(), job_id_text()),
-           "user": st.one_of(st.none(), user_spec()),
-           "use_shared_tmpdir": st.one_of(st.none(), st.sampled_from(["", "per-node", "x"])),
-           "no_rm_tmpdir": st.one_of(st.none(), st.booleans())}))
-def test_bundle_config(box: FuzzBox, doc: object, how: int, cid: str | None,
-                       state_annotations: dict[str, str],
-                       flags: dict[str, str | bool | None]) -> None:
+@given(
+    doc=st.one_of(oci_config_doc(), oci_config_doc(), json_values),
+    how=st.integers(0, 2),
+    cid=st.one_of(st.none(), job_id_text()),
+    state_annotations=mostly(st.just({}), annotation_maps),
+    flags=st.fixed_dictionaries(
+        {},
+        optional={
+            "job_id": st.one_of(st.none(), job_id_text()),
+            "user": st.one_of(st.none(), user_spec()),
+            "use_shared_tmpdir": st.one_of(st.none(), st.sampled_from(["", "per-node", "x"])),
+            "no_rm_tmpdir": st.one_of(st.none(), st.booleans()),
+        },
+    ),
+)
+def test_bundle_config(
+    box: FuzzBox,
+    doc: object,
+    how: int,
+    cid: str | None,
+    state_annotations: dict[str, str],
+    flags: dict[str, str | bool | None],
+) -> None:
     """config.json as the bundle's author wrote it, through load, the job and the rewrite
     jobns oci-config makes."""
     tried("hook.bundle")
@@ -177,8 +231,10 @@ def test_bundle_config(box: FuzzBox, doc: object, how: int, cid: str | None,
 
 
 @fuzz()
-@given(env=slurm_env(["SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "PMIX_NAMESPACE",
-                      "PMIX_RANK"]), job_id=st.one_of(st.just("42"), NUMBERS))
+@given(
+    env=slurm_env(["SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "PMIX_NAMESPACE", "PMIX_RANK"]),
+    job_id=st.one_of(st.just("42"), NUMBERS),
+)
 def test_pmix_identity_from_container_env(env: dict[str, str], job_id: str) -> None:
     tried("hook.pmix_identity")
     from launcher.job import pmix_identity

@@ -68,9 +68,16 @@ def configs(box: FuzzBox) -> list[Config]:
     for path in box.configs:
         with open(path) as f:
             out.append(Config(config_mod.parse(f.read(), path), path))
-    out.append(Config({"directives": {"word": "BB"}, "capacity": {"granularity": 3,
-                                                                  "shm_default": "1K"},
-                       "staging": {"stage_roots": ["/"]}}, "odd.toml"))
+    out.append(
+        Config(
+            {
+                "directives": {"word": "BB"},
+                "capacity": {"granularity": 3, "shm_default": "1K"},
+                "staging": {"stage_roots": ["/"]},
+            },
+            "odd.toml",
+        )
+    )
     _CONFIGS[str(box.root)] = out
     return out
 
@@ -95,12 +102,20 @@ def test_lookup_user(spec: str) -> None:
 
 
 @fuzz()
-@given(flag=optional(user_spec()), env=slurm_env(["SLURM_JOB_USER", "SLURM_JOB_UID"]),
-       job_flag=optional(job_id_text()), job_env=slurm_env(["SLURM_JOB_ID"]),
-       shared=optional(st.one_of(st.sampled_from(["", "shared", "per-node", "no"]),
-                                 hostile_text(8))))
-def test_job_from_flags_and_slurm(flag: str | None, env: dict[str, str], job_flag: str | None,
-                                  job_env: dict[str, str], shared: str | None) -> None:
+@given(
+    flag=optional(user_spec()),
+    env=slurm_env(["SLURM_JOB_USER", "SLURM_JOB_UID"]),
+    job_flag=optional(job_id_text()),
+    job_env=slurm_env(["SLURM_JOB_ID"]),
+    shared=optional(st.one_of(st.sampled_from(["", "shared", "per-node", "no"]), hostile_text(8))),
+)
+def test_job_from_flags_and_slurm(
+    flag: str | None,
+    env: dict[str, str],
+    job_flag: str | None,
+    job_env: dict[str, str],
+    shared: str | None,
+) -> None:
     tried("job.from_flags_and_env")
     got = outcome(user_from, flag, env)
     if isinstance(got, User) and os.geteuid() != 0:
@@ -123,10 +138,37 @@ def test_pmix_identity(env: dict[str, str], job_id: str) -> None:
 
 
 @fuzz()
-@given(kill_wait=optional(st.one_of(st.sampled_from(
-    ["0", "1", "2.5", "86400", "86400.0001", "-0", "-1", "nan", "inf", "-inf", "1e3", "0x10",
-     " 3 ", "1_0", "", "\u0663", "\uff13", "1e400", "9" * 400]), hostile_text(10))),
-       net=optional(st.one_of(st.sampled_from(["host", "none", "", "HOST"]), hostile_text(6))))
+@given(
+    kill_wait=optional(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "0",
+                    "1",
+                    "2.5",
+                    "86400",
+                    "86400.0001",
+                    "-0",
+                    "-1",
+                    "nan",
+                    "inf",
+                    "-inf",
+                    "1e3",
+                    "0x10",
+                    " 3 ",
+                    "1_0",
+                    "",
+                    "\u0663",
+                    "\uff13",
+                    "1e400",
+                    "9" * 400,
+                ]
+            ),
+            hostile_text(10),
+        )
+    ),
+    net=optional(st.one_of(st.sampled_from(["host", "none", "", "HOST"]), hostile_text(6))),
+)
 def test_numeric_and_choice_flags(kill_wait: str | None, net: str | None) -> None:
     tried("inputs.kill_wait_net")
     got = outcome(kill_wait_from, {"kill_wait": kill_wait}, Config({}, None))
@@ -143,8 +185,11 @@ def request(box: FuzzBox, config: Config, opts: Options, environ: dict[str, str]
         assert line.startswith("jobns: warning: ") and line.isprintable(), line
     if isinstance(directives, JobnsError):
         return
-    has_any = bool(opts.get("script") or opts.get("directives")
-                   or COMMENT_PREFIX in environ.get("SLURM_JOB_COMMENT", ""))
+    has_any = bool(
+        opts.get("script")
+        or opts.get("directives")
+        or COMMENT_PREFIX in environ.get("SLURM_JOB_COMMENT", "")
+    )
     assert (directives is None) == (not has_any)
     assert directives is None or isinstance(directives, Directives)
     apply_directives(opts, directives)
@@ -195,21 +240,46 @@ def check_staging(config: Config, stg: staging.Staging, plan: Plan) -> None:
 
 
 @fuzz(2)
-@given(data=st.data(),
-       comment=optional(comment_text()),
-       directives=optional(directives_text()),
-       script=optional(script_text()),
-       env=st.builds(lambda a, b: {**a, **b}, slurm_env(
-           ["SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_WORK_DIR", "SLURM_ARRAY_JOB_ID",
-            "SLURM_ARRAY_TASK_ID"]), st.fixed_dictionaries({}, optional={
+@given(
+    data=st.data(),
+    comment=optional(comment_text()),
+    directives=optional(directives_text()),
+    script=optional(script_text()),
+    env=st.builds(
+        lambda a, b: {**a, **b},
+        slurm_env(
+            [
+                "SLURM_JOB_NAME",
+                "SLURM_SUBMIT_DIR",
+                "SLURM_JOB_WORK_DIR",
+                "SLURM_ARRAY_JOB_ID",
+                "SLURM_ARRAY_TASK_ID",
+            ]
+        ),
+        st.fixed_dictionaries(
+            {},
+            optional={
                 "SLURM_SUBMIT_DIR": st.sampled_from([f"{SESSION_ROOT}/abc", STAGE_ROOT]),
                 "SLURM_JOB_NAME": st.sampled_from(["job", "a.b"]),
-                "SLURM_ARRAY_TASK_ID": st.sampled_from(["3", "0"])})),
-       session=optional(st.one_of(path_text(), st.just(f"{SESSION_ROOT}/abc"))),
-       shared=optional(st.sampled_from(["", "per-node"])), no_rm=st.booleans())
-def test_setup_request(box: FuzzBox, data: st.DataObject, comment: str | None,
-                       directives: str | None, script: str | None, env: dict[str, str],
-                       session: str | None, shared: str | None, no_rm: bool) -> None:
+                "SLURM_ARRAY_TASK_ID": st.sampled_from(["3", "0"]),
+            },
+        ),
+    ),
+    session=optional(st.one_of(path_text(), st.just(f"{SESSION_ROOT}/abc"))),
+    shared=optional(st.sampled_from(["", "per-node"])),
+    no_rm=st.booleans(),
+)
+def test_setup_request(
+    box: FuzzBox,
+    data: st.DataObject,
+    comment: str | None,
+    directives: str | None,
+    script: str | None,
+    env: dict[str, str],
+    session: str | None,
+    shared: str | None,
+    no_rm: bool,
+) -> None:
     """The job comment (SLURM_JOB_COMMENT), --directives and --script, with the Slurm
     variables their symbols read, through to the staging plan."""
     config = data.draw(st.sampled_from(configs(box)))
@@ -217,8 +287,12 @@ def test_setup_request(box: FuzzBox, data: st.DataObject, comment: str | None,
     environ = {k: box.place(v) for k, v in env.items()}
     if comment is not None:
         environ["SLURM_JOB_COMMENT"] = box.place(comment)
-    opts: Options = {"directives": box.place(directives), "session_dir": box.place(session),
-                     "use_shared_tmpdir": shared, "no_rm_tmpdir": no_rm or None}
+    opts: Options = {
+        "directives": box.place(directives),
+        "session_dir": box.place(session),
+        "use_shared_tmpdir": shared,
+        "no_rm_tmpdir": no_rm or None,
+    }
     if script is not None:
         opts["script"] = box.write("script.sh", box.place(script))
     request(box, config, opts, environ)
@@ -237,14 +311,16 @@ def test_job_comment_alone(box: FuzzBox, comment: str, name: str | None) -> None
 
 
 @fuzz(2)
-@given(items=st.lists(good_directive_body(), min_size=1, max_size=4),
-       where=st.sampled_from(["comment", "directives", "script"]),
-       submit=st.sampled_from([f"{SESSION_ROOT}/abc", f"{SESSION_ROOT}/a b", STAGE_ROOT, "/",
-                               "rel"]),
-       name=st.one_of(st.sampled_from(["job", "a.b", "..", "x/y"]), hostile_text(6)),
-       task=optional(st.sampled_from(["0", "7", "x"])))
-def test_setup_request_plausible(box: FuzzBox, items: list[str], where: str, submit: str,
-                                 name: str, task: str | None) -> None:
+@given(
+    items=st.lists(good_directive_body(), min_size=1, max_size=4),
+    where=st.sampled_from(["comment", "directives", "script"]),
+    submit=st.sampled_from([f"{SESSION_ROOT}/abc", f"{SESSION_ROOT}/a b", STAGE_ROOT, "/", "rel"]),
+    name=st.one_of(st.sampled_from(["job", "a.b", "..", "x/y"]), hostile_text(6)),
+    task=optional(st.sampled_from(["0", "7", "x"])),
+)
+def test_setup_request_plausible(
+    box: FuzzBox, items: list[str], where: str, submit: str, name: str, task: str | None
+) -> None:
     """Well-formed directives only (with hostile symbol values): most requests get through
     to a staging plan, whose every copy must stay inside the allowed roots."""
     tried("setup.request_plausible")

@@ -53,14 +53,17 @@ def test_unknown_symbol_in_a_script_line() -> None:
 
 # directives.py: a lone surrogate (JSON can carry one: "\ud800") in a path, a symbol's
 # value or a root raised UnicodeEncodeError from the byte-length checks.
-@pytest.mark.parametrize(("f", "args"), [
-    (substitute, ("/s/%x", Symbols(job_name="\ud800"))),
-    (substitute, ("%d", Symbols(workdir="/\ud800"))),
-    (normalise, ("/\ud800",)),
-    (confine, ("/a", ["/\ud800"])),
-    (resolve_path, ("/s/%u", Symbols(user="a\udfff"), ["/s"])),
-    (parse_directives, ("stage_in source=/\ud800 destination=/tmp/x",)),
-])
+@pytest.mark.parametrize(
+    ("f", "args"),
+    [
+        (substitute, ("/s/%x", Symbols(job_name="\ud800"))),
+        (substitute, ("%d", Symbols(workdir="/\ud800"))),
+        (normalise, ("/\ud800",)),
+        (confine, ("/a", ["/\ud800"])),
+        (resolve_path, ("/s/%u", Symbols(user="a\udfff"), ["/s"])),
+        (parse_directives, ("stage_in source=/\ud800 destination=/tmp/x",)),
+    ],
+)
 def test_lone_surrogates_are_refused(f: object, args: tuple[object, ...]) -> None:
     assert "surrogate" in refused(f, *args)
 
@@ -74,8 +77,9 @@ def test_surrogate_escaped_bytes_still_count_as_bytes() -> None:
 
 # validate.py: a document key was printed raw in "<key>: unknown key": a TOML key "\f" or
 # "\n" (quoted keys may hold any escape) gave a config error of two lines.
-@pytest.mark.parametrize("text", ['"\\f" = []', '"a\\nb" = 1', '[arc]\n"\\u001b[2J" = 1',
-                                  '"x.y" = 1'])
+@pytest.mark.parametrize(
+    "text", ['"\\f" = []', '"a\\nb" = 1', '[arc]\n"\\u001b[2J" = 1', '"x.y" = 1']
+)
 def test_config_key_with_control_characters(text: str) -> None:
     msg = refused(config_mod.parse, text, "site.toml")
     assert "unknown key" in msg
@@ -88,9 +92,16 @@ def test_plain_keys_are_still_shown_plain() -> None:
 # validate.py: TOML has nan and inf; every minimum/maximum comparison with nan is false,
 # so `kill_wait = nan` was a valid config, and a nan reached the supervisor
 # (sigtimedwait: ValueError) and the job record (jsonfast refuses nan: ValueError).
-@pytest.mark.parametrize("text", ["kill_wait = nan", "kill_wait = -nan", "kill_wait = inf",
-                                  "[staging]\ntimeout = nan",
-                                  "[lifecycle]\nprogram_timeout = nan"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kill_wait = nan",
+        "kill_wait = -nan",
+        "kill_wait = inf",
+        "[staging]\ntimeout = nan",
+        "[lifecycle]\nprogram_timeout = nan",
+    ],
+)
 def test_config_numbers_must_be_finite(text: str) -> None:
     assert "not a number in JSON" in refused(config_mod.parse, text, "site.toml")
 
@@ -103,27 +114,37 @@ def test_checker_refuses_nan_like_json_cannot_hold_it() -> None:
 # config.py: a NUL, control character or lone surrogate in a base path, a root or a
 # command was accepted; `jobns status` then died in os.listdir (ValueError: embedded null
 # byte), `jobns run` in execve (a NUL in RUNTIME_LOCAL_SCRATCH_MOVE_TOOL).
-@pytest.mark.parametrize("text", [
-    'local_base = "/a\\u0000b"', 'state_dir = "/run/\\u001b[2Jx"', 'shm_base = "/a\\tb"',
-    '[arc]\nmovetool = "cp\\u0000 -a"', '[arc]\nshared_scratch = "/x\\u0000"',
-    '[staging]\nstage_roots = ["/s\\u0000"]', '[staging]\nstdio = ["out\\u0000"]',
-    '[lifecycle]\npre_run = "/bin/x\\u0000"', 'local_base = "/\ud800"',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'local_base = "/a\\u0000b"',
+        'state_dir = "/run/\\u001b[2Jx"',
+        'shm_base = "/a\\tb"',
+        '[arc]\nmovetool = "cp\\u0000 -a"',
+        '[arc]\nshared_scratch = "/x\\u0000"',
+        '[staging]\nstage_roots = ["/s\\u0000"]',
+        '[staging]\nstdio = ["out\\u0000"]',
+        '[lifecycle]\npre_run = "/bin/x\\u0000"',
+        'local_base = "/\ud800"',
+    ],
+)
 def test_config_strings_usable_by_the_kernel(text: str) -> None:
     refused(config_mod.parse, text, "site.toml")
 
 
 def test_config_paths_with_ordinary_unicode_still_load() -> None:
-    doc = config_mod.parse('local_base = "/var/lib/jobns-\u00e9t\u00e9"\n'
-                           '[arc]\nmovetool = "cp -a"\n', "site.toml")
+    doc = config_mod.parse(
+        'local_base = "/var/lib/jobns-\u00e9t\u00e9"\n[arc]\nmovetool = "cp -a"\n', "site.toml"
+    )
     assert Config(doc, "site.toml").local_base == "/var/lib/jobns-\u00e9t\u00e9"
 
 
 # config.py: the --config / JOBNS_CONFIG path was shown raw in every message about the file
 # (a user's `jobns env --config $'x\n...'` printed two lines), and a NUL in it made open()
 # raise ValueError (an internal error).
-@pytest.mark.parametrize("path", ["/nonexistent/x\nforged", "/nonexistent/\x1b[2J", "/x\0y",
-                                  "/nonexistent/\udcff"])
+@pytest.mark.parametrize(
+    "path", ["/nonexistent/x\nforged", "/nonexistent/\x1b[2J", "/x\0y", "/nonexistent/\udcff"]
+)
 def test_config_path_shown_quoted(path: str) -> None:
     msg = refused(config_mod.load, path, {})
     assert "no such file" in msg and repr(path) in msg
@@ -162,27 +183,36 @@ def test_layout_error_quotes_the_value() -> None:
 # hook/state.py: a bundle path with a NUL (os.open: ValueError, an internal error of the
 # hook), a control character or line separator (raw in the bundle's error messages), or
 # a lone surrogate (unencodable) is no bundle a runtime made: refused on reading the state.
-@pytest.mark.parametrize("bundle", ["\\u0000", "/b\\u0000", "\\u001f", "/b\\n", "\\u0085",
-                                    "/b\\u2028", "\\ud800", "/b\\udcff"])
+@pytest.mark.parametrize(
+    "bundle",
+    ["\\u0000", "/b\\u0000", "\\u001f", "/b\\n", "\\u0085", "/b\\u2028", "\\ud800", "/b\\udcff"],
+)
 def test_oci_state_bundle_path_is_checked(bundle: str) -> None:
-    data = ('{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,'
-            f'"bundle":"{bundle}"}}').encode()
+    data = (
+        f'{{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":"{bundle}"}}'
+    ).encode()
     assert "contains a NUL, a control character" in refused(parse_state, data)
 
 
 def test_oci_state_ordinary_bundle_paths_still_parse() -> None:
-    data = ('{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,'
-            '"bundle":"/run/containers/\u00e9t\u00e9 b"}').encode()
+    data = (
+        '{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,'
+        '"bundle":"/run/containers/\u00e9t\u00e9 b"}'
+    ).encode()
     assert parse_state(data).bundle == "/run/containers/\u00e9t\u00e9 b"
 
 
 # Found by the fuzz campaign in hook/ and the prolog, fixed by their owners.
 
+
 def test_oci_config_with_a_null_process_env() -> None:
     from hook import oci_config
 
-    doc: dict[str, object] = {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
-                              "process": {"env": None}}
+    doc: dict[str, object] = {
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs"},
+        "process": {"env": None},
+    }
     new = oci_config.rewrite(doc, [], {"TMPDIR": "/tmp"}, {}, None)
     process = new["process"]
     assert isinstance(process, dict) and process["env"] == ["TMPDIR=/tmp"]

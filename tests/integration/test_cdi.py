@@ -32,9 +32,12 @@ def specs(box: Sandbox) -> list[str]:
 
 def killed_at(box: Sandbox, job: str, user: OsUser, point: str) -> None:
     """Start setup, let it stop at a pause point, SIGKILL it there."""
-    p = box.popen(["setup", "--job-id", job, "--user", user.name],
-                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                  env={"JOBNS_TEST_PAUSE_IN": point})
+    p = box.popen(
+        ["setup", "--job-id", job, "--user", user.name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"JOBNS_TEST_PAUSE_IN": point},
+    )
     deadline = time.monotonic() + 30
     while Path(f"/proc/{p.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
         assert time.monotonic() < deadline, "setup did not reach its pause point"
@@ -43,8 +46,9 @@ def killed_at(box: Sandbox, job: str, user: OsUser, point: str) -> None:
     p.wait()
 
 
-def test_a_setup_killed_before_the_spec_is_recovered_with_it(box: Sandbox,
-                                                              users: list[OsUser]) -> None:
+def test_a_setup_killed_before_the_spec_is_recovered_with_it(
+    box: Sandbox, users: list[OsUser]
+) -> None:
     alice = users[0]
     killed_at(box, "CR1", alice, "cdi")
     assert specs(box) == []  # killed before writing: nothing half-written either
@@ -84,8 +88,10 @@ def test_gc_removes_the_spec_of_a_forgotten_job(box: Sandbox, users: list[OsUser
 
 def test_refused_job_gets_no_spec(box: Sandbox, users: list[OsUser]) -> None:
     alice = users[0]
-    r = box.run(["setup", "--job-id", "CR4", "--user", alice.name],
-                env={"SLURM_JOB_COMMENT": "jobns: shm capacity=nonsense"})
+    r = box.run(
+        ["setup", "--job-id", "CR4", "--user", alice.name],
+        env={"SLURM_JOB_COMMENT": "jobns: shm capacity=nonsense"},
+    )
     assert r.returncode == 0, r.stderr
     assert specs(box) == []
     assert box.run(["teardown", "--job-id", "CR4"]).returncode == 0
@@ -102,8 +108,9 @@ def test_shared_layouts_name_their_trees(box: Sandbox, users: list[OsUser], layo
     assert r.returncode == 0, r.stderr
     try:
         doc = json.loads((box.root / "cdi" / f"jobns-{job}.json").read_text())
-        mounts = {m["containerPath"]: m["hostPath"]
-                  for m in doc["devices"][0]["containerEdits"]["mounts"]}
+        mounts = {
+            m["containerPath"]: m["hostPath"] for m in doc["devices"][0]["containerEdits"]["mounts"]
+        }
         assert mounts["/tmp"].startswith(f"{box.shared}/job-{job}/")
         assert mounts["/tmp"].endswith("/tmp") and mounts["/var/tmp"].endswith("/var_tmp")
         if layout == "per-node":

@@ -21,8 +21,13 @@ pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "hook" / "systemd"
-NAMES = ("jobns-boot.service", "jobns-gc.service", "jobns-gc.timer", "jobns-metrics.service",
-         "jobns-metrics.timer")
+NAMES = (
+    "jobns-boot.service",
+    "jobns-gc.service",
+    "jobns-gc.timer",
+    "jobns-metrics.service",
+    "jobns-metrics.timer",
+)
 
 
 def unit(name: str) -> configparser.ConfigParser:
@@ -50,10 +55,17 @@ def test_units_pass_systemd_analyze_verify() -> None:
     require(tool is not None, "systemd-analyze is missing (apt-get install systemd)")
     assert tool is not None
     # Documentation=man:jobns(1) is checked too once the man page is installed.
-    man = ["--man=no"] if subprocess.run(["man", "-w", "jobns"], capture_output=True,
-                                         check=False).returncode else []
-    r = subprocess.run([tool, "verify", *man, *(str(UNITS / n) for n in NAMES)],
-                       capture_output=True, text=True, check=False)
+    man = (
+        ["--man=no"]
+        if subprocess.run(["man", "-w", "jobns"], capture_output=True, check=False).returncode
+        else []
+    )
+    r = subprocess.run(
+        [tool, "verify", *man, *(str(UNITS / n) for n in NAMES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
 
 
@@ -70,12 +82,12 @@ def test_the_boot_unit_runs_before_slurmd_and_the_timer_starts_gc() -> None:
 
 
 def exec_starts(name: str) -> list[list[str]]:
-    return [shlex.split(s.lstrip("-")) for s in
-            unit(name)["Service"]["ExecStart"].splitlines()]
+    return [shlex.split(s.lstrip("-")) for s in unit(name)["Service"]["ExecStart"].splitlines()]
 
 
-def test_the_exec_start_commands_clean_up_after_a_crash(sandbox: Sandbox,
-                                                         users: list[OsUser]) -> None:
+def test_the_exec_start_commands_clean_up_after_a_crash(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     alice = users[0]
     # A job whose epilog was interrupted (its record says teardown), one still running,
     # and the tree of a standalone task that died with the node.
@@ -98,8 +110,9 @@ def test_the_exec_start_commands_clean_up_after_a_crash(sandbox: Sandbox,
     env = {"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/local/sbin:/nonexistent"}
     for name in ("jobns-boot.service", "jobns-gc.service"):
         for argv in exec_starts(name):
-            r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/",
-                               timeout=120, check=False)
+            r = subprocess.run(
+                argv, capture_output=True, text=True, env=env, cwd="/", timeout=120, check=False
+            )
             assert r.returncode == 0, (argv, r.stdout, r.stderr)
     assert not (sandbox.local / "job-B1").exists() and not left.exists()
     assert (sandbox.local / "job-B2").is_dir()  # a running job is no one's to clean
@@ -120,9 +133,15 @@ def test_the_metrics_unit_writes_the_textfile(sandbox: Sandbox) -> None:
     target.parent.mkdir()
     argv = [str(target) if a == "${JOBNS_TEXTFILE}" else a for a in argv]
     assert str(target) in argv
-    r = subprocess.run(argv, capture_output=True, text=True, cwd="/", timeout=60,
-                       env={"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/bin:/bin"},
-                       check=False)
+    r = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+        env={"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
     assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
     assert target.stat().st_mode & 0o777 == 0o644
     assert "jobns_jobs" in parse(target.read_text())
@@ -139,8 +158,12 @@ def test_install_python_installed_the_units_and_the_man_page() -> None:
         pytest.skip("ci/install-python has not installed the units on this machine")
     for name in NAMES:
         assert Path("/etc/systemd/system", name).read_text() == (UNITS / name).read_text()
-    r = subprocess.run(["man", "-P", "cat", "jobns"], capture_output=True, text=True,
-                       env={"PATH": "/usr/local/bin:/usr/bin:/bin", "MANWIDTH": "100",
-                            "LANG": "C.UTF-8"}, check=False)
+    r = subprocess.run(
+        ["man", "-P", "cat", "jobns"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "MANWIDTH": "100", "LANG": "C.UTF-8"},
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert "jobns doctor" in r.stdout and "--format" in r.stdout

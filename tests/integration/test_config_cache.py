@@ -16,11 +16,30 @@ pytestmark = pytest.mark.root
 
 def imports_of_run(box: Sandbox, user: OsUser | None) -> str:
     """`-X importtime` of a real `jobns run` (stderr lists every module imported)."""
-    cmd = [str(Path(JOBNS).parent / "python"), "-X", "importtime", JOBNS, "run", "--config",
-           str(box.config), "--job-id", "cache", "--", "true"]
+    cmd = [
+        str(Path(JOBNS).parent / "python"),
+        "-X",
+        "importtime",
+        JOBNS,
+        "run",
+        "--config",
+        str(box.config),
+        "--job-id",
+        "cache",
+        "--",
+        "true",
+    ]
     creds = box.creds(user)
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=box.env(user, None),
-                       timeout=60, check=False, **creds)
+    r = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=box.env(user, None),
+        timeout=60,
+        check=False,
+        **creds,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return str(r.stderr)
 

@@ -53,10 +53,12 @@ def assert_nothing_left(box: Sandbox, base: Path) -> None:
     assert job_mounts(box) == []
 
 
-def setup(box: Sandbox, job: str, user: OsUser, directives: str,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return box.run(["setup", "--job-id", job, "--user", user.name, "--directives", directives],
-                   env=env)
+def setup(
+    box: Sandbox, job: str, user: OsUser, directives: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return box.run(
+        ["setup", "--job-id", job, "--user", user.name, "--directives", directives], env=env
+    )
 
 
 def free_bytes(path: Path) -> int:
@@ -65,7 +67,8 @@ def free_bytes(path: Path) -> int:
 
 
 def test_disk_capacity_is_enospc_at_the_limit_and_node_disk_untouched(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     alice = users[0]
     base = disk_config(sandbox)
     r = setup(sandbox, "d1", alice, "tmp capacity=64MiB")
@@ -77,10 +80,20 @@ def test_disk_capacity_is_enospc_at_the_limit_and_node_disk_untouched(
     (line,) = loop_mounts(sandbox)
     assert "nosuid" in line and "nodev" in line and " ext4 " in line
     node_before = free_bytes(base)
-    r = sandbox.run(["run", "--job-id", "d1", "--", "sh", "-c",
-                     "dd if=/dev/zero of=/tmp/big bs=4k count=25600 status=none; echo rc=$?; "
-                     "echo x > /var/tmp/small; echo small=$?; stat -c '%s %u' /tmp/big; "
-                     "stat -c %u /tmp; df -B1 --output=size /tmp | tail -1"], user=alice)
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "d1",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/tmp/big bs=4k count=25600 status=none; echo rc=$?; "
+            "echo x > /var/tmp/small; echo small=$?; stat -c '%s %u' /tmp/big; "
+            "stat -c %u /tmp; df -B1 --output=size /tmp | tail -1",
+        ],
+        user=alice,
+    )
     assert "No space left on device" in r.stderr, r.stderr
     out = r.stdout.split()
     assert "rc=1" in out, r.stdout  # (a tiny file may still fit in ext4's metadata reserve)
@@ -102,16 +115,21 @@ def test_disk_capacity_is_enospc_at_the_limit_and_node_disk_untouched(
     assert_nothing_left(sandbox, base)
 
 
-def test_disk_capacity_from_the_slurm_comment_and_dry_run(sandbox: Sandbox,
-                                                          users: list[OsUser]) -> None:
+def test_disk_capacity_from_the_slurm_comment_and_dry_run(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     base = disk_config(sandbox, 'fs_type = "xfs"\n')
-    r = sandbox.run(["setup", "--job-id", "d2", "--user", users[0].name, "--dry-run"],
-                    env={"SLURM_JOB_COMMENT": "jobns: tmp capacity=300MiB"})
+    r = sandbox.run(
+        ["setup", "--job-id", "d2", "--user", users[0].name, "--dry-run"],
+        env={"SLURM_JOB_COMMENT": "jobns: tmp capacity=300MiB"},
+    )
     assert r.returncode == 0, r.stderr
     assert f"image  {base}/jobns-local-JOB.img: sparse file of {300 * MI} bytes" in r.stdout
     assert "xfs in it" in r.stdout and "loop device (autoclear)" in r.stdout
-    r = sandbox.run(["setup", "--job-id", "d2", "--user", users[0].name],
-                    env={"SLURM_JOB_COMMENT": "jobns: tmp capacity=300MiB"})
+    r = sandbox.run(
+        ["setup", "--job-id", "d2", "--user", users[0].name],
+        env={"SLURM_JOB_COMMENT": "jobns: tmp capacity=300MiB"},
+    )
     assert r.returncode == 0, r.stderr
     (line,) = loop_mounts(sandbox)
     assert " xfs " in line
@@ -129,9 +147,14 @@ def test_two_jobs_and_the_node_cap(sandbox: Sandbox, users: list[OsUser]) -> Non
     # Reserve all but 200 MiB: two 64 MiB jobs fit, a third 100 MiB one does not.
     disk_config(sandbox, f"node_reserve = {free - 200 * MI}\n")
     # Two prologs at once (the node cap is checked under the scratch base's lock).
-    procs = [sandbox.popen(["setup", "--job-id", job, "--user", who.name, "--directives",
-                            "tmp capacity=64MiB"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE) for job, who in (("d3", alice), ("d4", bob))]
+    procs = [
+        sandbox.popen(
+            ["setup", "--job-id", job, "--user", who.name, "--directives", "tmp capacity=64MiB"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for job, who in (("d3", alice), ("d4", bob))
+    ]
     for p in procs:
         _out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
@@ -141,11 +164,11 @@ def test_two_jobs_and_the_node_cap(sandbox: Sandbox, users: list[OsUser]) -> Non
     assert "does not fit on this node" in r.stderr and "refused the job" in r.stderr
     r = sandbox.run(["run", "--job-id", "d5", "--", "true"], user=alice)
     assert r.returncode == 125 and "does not fit on this node" in r.stderr
-    assert sorted(p.name for p in base.iterdir()) == ["jobns-local-d3.img",
-                                                      "jobns-local-d4.img"]
+    assert sorted(p.name for p in base.iterdir()) == ["jobns-local-d3.img", "jobns-local-d4.img"]
     # Each job sees only its own file system.
-    r = sandbox.run(["run", "--job-id", "d3", "--", "sh", "-c", "echo a > /tmp/a; ls /tmp"],
-                    user=alice)
+    r = sandbox.run(
+        ["run", "--job-id", "d3", "--", "sh", "-c", "echo a > /tmp/a; ls /tmp"], user=alice
+    )
     assert r.stdout.split() == ["a", "pmix"], r.stderr  # pmix/: jobns run's PMIx dirs
     r = sandbox.run(["run", "--job-id", "d4", "--", "ls", "/tmp"], user=bob)
     assert r.stdout.split() == ["pmix"], r.stderr
@@ -155,8 +178,9 @@ def test_two_jobs_and_the_node_cap(sandbox: Sandbox, users: list[OsUser]) -> Non
 
 
 @pytest.mark.parametrize("layout", ["shared_tmpdir", "shared_tmpdir=per-node"])
-def test_shared_layouts_refuse_a_tmp_capacity(sandbox: Sandbox, users: list[OsUser],
-                                              layout: str) -> None:
+def test_shared_layouts_refuse_a_tmp_capacity(
+    sandbox: Sandbox, users: list[OsUser], layout: str
+) -> None:
     base = disk_config(sandbox)
     r = setup(sandbox, "d6", users[0], f"tmp capacity=64MiB; {layout}")
     assert r.returncode == 0 and "tmp capacity needs the local layout" in r.stderr
@@ -170,12 +194,16 @@ STEPS = ["staging-in", "image-made", "fs-made", "loop-attached", "mounted"]
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("then", ["recover", "gc"])
 def test_sigkill_of_setup_at_each_step_then_recover_or_gc(
-        sandbox: Sandbox, users: list[OsUser], step: str, then: str) -> None:
+    sandbox: Sandbox, users: list[OsUser], step: str, then: str
+) -> None:
     alice = users[0]
     base = disk_config(sandbox)
-    proc = sandbox.popen(["setup", "--job-id", "d7", "--user", alice.name, "--directives",
-                          "tmp capacity=64MiB"], env={"JOBNS_TEST_PAUSE_IN": step},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = sandbox.popen(
+        ["setup", "--job-id", "d7", "--user", alice.name, "--directives", "tmp capacity=64MiB"],
+        env={"JOBNS_TEST_PAUSE_IN": step},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _kill_when_stopped(proc)
     if then == "recover":
         r = sandbox.run(["recover"])
@@ -203,14 +231,18 @@ def test_sigkill_of_setup_at_each_step_then_recover_or_gc(
 @pytest.mark.parametrize("step", ["post-run", "teardown", "capacity-detached"])
 @pytest.mark.parametrize("then", ["teardown", "gc"])
 def test_sigkill_of_teardown_at_each_step_then_teardown_or_gc(
-        sandbox: Sandbox, users: list[OsUser], step: str, then: str) -> None:
+    sandbox: Sandbox, users: list[OsUser], step: str, then: str
+) -> None:
     base = disk_config(sandbox)
     assert setup(sandbox, "d8", users[0], "tmp capacity=64MiB").returncode == 0
-    proc = sandbox.popen(["teardown", "--job-id", "d8"], env={"JOBNS_TEST_PAUSE_IN": step},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = sandbox.popen(
+        ["teardown", "--job-id", "d8"],
+        env={"JOBNS_TEST_PAUSE_IN": step},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _kill_when_stopped(proc)
-    r = sandbox.run(["teardown", "--job-id", "d8"] if then == "teardown" else
-                    ["gc", "--no-slurm"])
+    r = sandbox.run(["teardown", "--job-id", "d8"] if then == "teardown" else ["gc", "--no-slurm"])
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert_nothing_left(sandbox, base)
     # The same job id again starts from nothing.
@@ -222,7 +254,8 @@ def test_sigkill_of_teardown_at_each_step_then_teardown_or_gc(
 
 
 def test_gc_reclaims_images_and_loop_mounts_no_record_names(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     """After a reboot (or /run wiped): images with no record, one of them still loop-
     mounted; a live job's image is kept."""
     base = disk_config(sandbox)
@@ -233,8 +266,9 @@ def test_gc_reclaims_images_and_loop_mounts_no_record_names(
         subprocess.run(["mkfs.ext4", "-q", str(img)], check=True)
     point = sandbox.root / "mnt"
     point.mkdir()
-    subprocess.run(["mount", "-o", "loop", str(base / "jobns-local-x2.img"), str(point)],
-                   check=True)
+    subprocess.run(
+        ["mount", "-o", "loop", str(base / "jobns-local-x2.img"), str(point)], check=True
+    )
     r = sandbox.run(["gc", "--no-slurm"])
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert f"removed the disk capacity {base}/jobns-local-x1.img" in r.stdout, r.stdout
@@ -252,8 +286,9 @@ def _kill_when_stopped(proc: subprocess.Popen[str]) -> None:
             if f.read().rsplit(")", 1)[1].split()[0] == "T":
                 break
         if proc.poll() is not None:
-            raise AssertionError(f"exited {proc.returncode} before its pause point: "
-                                 f"{proc.communicate()}")
+            raise AssertionError(
+                f"exited {proc.returncode} before its pause point: {proc.communicate()}"
+            )
         time.sleep(0.05)
     else:
         raise AssertionError("never reached its pause point")
@@ -268,7 +303,7 @@ def test_tmp_size_from_slurm_tmp_through_scontrol(sandbox: Sandbox, users: list[
     bin_dir = sandbox.root / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "scontrol"
-    fake.write_text("#!/bin/sh\necho \"JobId=$4 JobName=x MinTmpDiskNode=80M Features=(null)\"\n")
+    fake.write_text('#!/bin/sh\necho "JobId=$4 JobName=x MinTmpDiskNode=80M Features=(null)"\n')
     fake.chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
     r = sandbox.run(["setup", "--job-id", "41", "--user", users[0].name], env=env)
@@ -282,12 +317,14 @@ def test_tmp_size_from_slurm_tmp_through_scontrol(sandbox: Sandbox, users: list[
     assert_nothing_left(sandbox, base)
 
 
-def test_shm_size_from_a_fraction_of_the_memory_cgroup(sandbox: Sandbox,
-                                                       users: list[OsUser]) -> None:
+def test_shm_size_from_a_fraction_of_the_memory_cgroup(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     limit = sandbox.root / "cg-%j"
     (sandbox.root / "cg-43").write_text(f"{8 * MI}\n")
-    sandbox.write_config(f'[capacity]\nshm_memory_fraction = 0.5\nmemory_cgroup = "{limit}"\n'
-                         'shm_max = "3MiB"\n')
+    sandbox.write_config(
+        f'[capacity]\nshm_memory_fraction = 0.5\nmemory_cgroup = "{limit}"\nshm_max = "3MiB"\n'
+    )
     assert sandbox.run(["setup", "--job-id", "43", "--user", users[0].name]).returncode == 0
     st = os.statvfs(sandbox.shm / "job-43")
     assert st.f_blocks * st.f_frsize == 3 * MI  # half of 8 MiB, capped at shm_max
@@ -301,10 +338,11 @@ def test_shm_size_from_a_fraction_of_the_memory_cgroup(sandbox: Sandbox,
 
 def test_status_shows_capacity_backing_and_use(sandbox: Sandbox, users: list[OsUser]) -> None:
     base = disk_config(sandbox)
-    assert setup(sandbox, "d10", users[0], "tmp capacity=64MiB; shm capacity=1MiB"
-                 ).returncode == 0
-    r = sandbox.run(["run", "--job-id", "d10", "--", "sh", "-c",
-                     "head -c 3000000 /dev/urandom > /tmp/x"], user=users[0])
+    assert setup(sandbox, "d10", users[0], "tmp capacity=64MiB; shm capacity=1MiB").returncode == 0
+    r = sandbox.run(
+        ["run", "--job-id", "d10", "--", "sh", "-c", "head -c 3000000 /dev/urandom > /tmp/x"],
+        user=users[0],
+    )
     assert r.returncode == 0, r.stderr
     r = sandbox.run(["status"])
     assert r.returncode == 0, r.stderr
@@ -317,7 +355,8 @@ def test_status_shows_capacity_backing_and_use(sandbox: Sandbox, users: list[OsU
 
 
 def test_a_held_file_system_does_not_stop_teardown_and_is_shut_down(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     """Rule 6: alice keeps a file of her disk capacity open from the host; teardown still
     detaches it and unlinks the image at once, the held file system is shut down (her
     reads fail), and the loop device goes when she lets go."""
@@ -326,9 +365,19 @@ def test_a_held_file_system_does_not_stop_teardown_and_is_shut_down(
     assert setup(sandbox, "d11", alice, "tmp capacity=64MiB").returncode == 0
     tmp = sandbox.local / "job-d11" / "tmp"
     holder = subprocess.Popen(
-        ["sh", "-c", "head -c 40000000 /dev/urandom > big; exec 3<big; echo ready; "
-         "read x; cat <&3 > /dev/null; echo rc=$?"], cwd=tmp, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **Sandbox.creds(alice))
+        [
+            "sh",
+            "-c",
+            "head -c 40000000 /dev/urandom > big; exec 3<big; echo ready; "
+            "read x; cat <&3 > /dev/null; echo rc=$?",
+        ],
+        cwd=tmp,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **Sandbox.creds(alice),
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
         subprocess.run(["sync"], check=True)

@@ -21,8 +21,9 @@ class Node:
         self.box = box
         root = box.root
         self.prolog, self.epilog = root / "prolog", root / "epilog"
-        self.prolog.write_text(f'#!/bin/bash\nexec {JOBNS} setup --job-id "$SLURM_JOB_ID" '
-                               '--user "$SLURM_JOB_USER"\n')
+        self.prolog.write_text(
+            f'#!/bin/bash\nexec {JOBNS} setup --job-id "$SLURM_JOB_ID" --user "$SLURM_JOB_USER"\n'
+        )
         self.epilog.write_text(f'#!/bin/bash\nexec {JOBNS} teardown --job-id "$SLURM_JOB_ID"\n')
         for p in (self.prolog, self.epilog):
             p.chmod(0o755)
@@ -46,16 +47,25 @@ class Node:
     def doctor(self, shared_root: bool = True) -> tuple[int, list[str], list[str]]:
         """(exit status, problem lines, all lines). shared_root: run it in a mount
         namespace whose / is shared, as on a systemd host (these VMs' / is private)."""
-        cmd = self.box.cmd(["doctor", "--slurm-conf", str(self.slurm_conf), "--cdi-dir",
-                            str(self.cdi)])
+        cmd = self.box.cmd(
+            ["doctor", "--slurm-conf", str(self.slurm_conf), "--cdi-dir", str(self.cdi)]
+        )
         if shared_root:
             cmd = ["unshare", "--mount", "--propagation", "shared", *cmd]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/",
-                           env=self.box.env(None, None), check=False)
+        r = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+            env=self.box.env(None, None),
+            check=False,
+        )
         assert r.stderr == "", r.stderr
         lines = r.stdout.splitlines()
-        assert all(ln.split(":")[0] in ("ok", "note", "problem", "jobns doctor")
-                   for ln in lines), lines
+        assert all(ln.split(":")[0] in ("ok", "note", "problem", "jobns doctor") for ln in lines), (
+            lines
+        )
         return r.returncode, [ln for ln in lines if ln.startswith("problem:")], lines
 
 
@@ -70,14 +80,19 @@ def test_a_ready_node(node: Node) -> None:
     assert (code, problems) == (0, []), lines
     assert lines[-1] == "jobns doctor: this node is ready"
     text = "\n".join(lines)
-    for needle in ("ok: user.max_user_namespaces", "ok: loop devices",
-                   f"ok: state_dir {node.box.state}: root's", "POSIX ACLs work",
-                   f"ok: local_base {node.box.local}: root's, mode 1777",
-                   f"ok: shm_base {node.box.shm}: root's, mode 1777, tmpfs",
-                   "ok: / is a shared mount", f"ok: Prolog={node.prolog} runs jobns setup",
-                   f"ok: Epilog={node.epilog} runs jobns teardown",
-                   f"ok: SPANK plugin {node.so}",
-                   f"ok: CDI directory {node.cdi}: root's; 1 jobns spec(s)"):
+    for needle in (
+        "ok: user.max_user_namespaces",
+        "ok: loop devices",
+        f"ok: state_dir {node.box.state}: root's",
+        "POSIX ACLs work",
+        f"ok: local_base {node.box.local}: root's, mode 1777",
+        f"ok: shm_base {node.box.shm}: root's, mode 1777, tmpfs",
+        "ok: / is a shared mount",
+        f"ok: Prolog={node.prolog} runs jobns setup",
+        f"ok: Epilog={node.epilog} runs jobns teardown",
+        f"ok: SPANK plugin {node.so}",
+        f"ok: CDI directory {node.cdi}: root's; 1 jobns spec(s)",
+    ):
         assert needle in text, (needle, text)
 
 
@@ -91,46 +106,59 @@ def test_a_private_root_is_a_problem(node: Node) -> None:
 
 def test_a_broken_node_gets_one_line_per_problem(node: Node) -> None:
     box = node.box
-    box.state.chmod(0o777)                           # state_dir writable by all
-    box.local.chmod(0o777)                           # a world-writable base, not sticky
-    (box.root / "disk-shm").mkdir(mode=0o1777)       # shm_base on disk
+    box.state.chmod(0o777)  # state_dir writable by all
+    box.local.chmod(0o777)  # a world-writable base, not sticky
+    (box.root / "disk-shm").mkdir(mode=0o1777)  # shm_base on disk
     (box.root / "disk-shm").chmod(0o1777)
     box.write_config(extra="[slurm]\nenforce = true\n")
-    box.config.write_text(box.config.read_text().replace(
-        f'shm_base = "{box.shm}"', f'shm_base = "{box.root / "disk-shm"}"'))
+    box.config.write_text(
+        box.config.read_text().replace(
+            f'shm_base = "{box.shm}"', f'shm_base = "{box.root / "disk-shm"}"'
+        )
+    )
     other = box.root / "other-prolog"
     other.write_text("#!/bin/sh\nexit 0\n")
     other.chmod(0o755)
     node.write_slurm_conf(prolog=str(other), epilog=False)  # no jobns prolog, no epilog
-    node.so.unlink()                                  # plugstack names a missing plugin
-    node.cdi.chmod(0o777)                             # anyone could add a CDI spec
+    node.so.unlink()  # plugstack names a missing plugin
+    node.cdi.chmod(0o777)  # anyone could add a CDI spec
     code, problems, lines = node.doctor()
     assert code == 125, lines
-    expected = [f"state_dir {box.state} is owned by uid 0 with mode 0777",
-                f"local_base {box.local} is world-writable without the sticky bit",
-                f"shm_base {box.root / 'disk-shm'} is on ",
-                f"Prolog={other} does not run jobns setup",
-                f"{node.slurm_conf} has no Epilog=",
-                f"names the SPANK plugin {node.so}, which does not exist",
-                f"CDI directory {node.cdi} is writable by others than root"]
+    expected = [
+        f"state_dir {box.state} is owned by uid 0 with mode 0777",
+        f"local_base {box.local} is world-writable without the sticky bit",
+        f"shm_base {box.root / 'disk-shm'} is on ",
+        f"Prolog={other} does not run jobns setup",
+        f"{node.slurm_conf} has no Epilog=",
+        f"names the SPANK plugin {node.so}, which does not exist",
+        f"CDI directory {node.cdi} is writable by others than root",
+    ]
     assert len(problems) == len(expected), "\n".join(problems)
     for needle in expected:
         assert sum(needle in p for p in problems) == 1, (needle, problems)
     assert all("fix: " in p for p in problems), problems
-    assert lines[-1] == f"jobns doctor: {len(expected)} problem(s) to fix before this node " \
-                        "runs jobs"
+    assert (
+        lines[-1] == f"jobns doctor: {len(expected)} problem(s) to fix before this node runs jobs"
+    )
 
 
 def test_a_state_dir_without_acls(node: Node) -> None:
     """The state directory on a file system without POSIX ACLs (ramfs has no xattrs)."""
     mnt = node.box.root / "noacl"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0755", "jobns-test", str(mnt)],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        ["mount", "-t", "ramfs", "-o", "mode=0755", "jobns-test", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     require(r.returncode == 0, f"cannot mount a ramfs: {r.stderr.strip()}")
     try:
-        node.box.config.write_text(node.box.config.read_text().replace(
-            f'state_dir = "{node.box.state}"', f'state_dir = "{mnt}/state"'))
+        node.box.config.write_text(
+            node.box.config.read_text().replace(
+                f'state_dir = "{node.box.state}"', f'state_dir = "{mnt}/state"'
+            )
+        )
         code, problems, lines = node.doctor()
         assert code == 125 and len(problems) == 1, lines
         assert "refuses POSIX ACLs" in problems[0] and f"state_dir {mnt}/state" in problems[0]
@@ -145,14 +173,26 @@ def test_the_configured_cdi_directory_is_checked(node: Node) -> None:
     spec_dir = node.box.root / "run-cdi"
     node.box.write_config(extra=f'[slurm]\nenforce = true\n[cdi]\ndir = "{spec_dir}"\n')
     cmd = node.box.cmd(["doctor", "--slurm-conf", str(node.slurm_conf)])
-    r = subprocess.run(["unshare", "--mount", "--propagation", "shared", *cmd],
-                       capture_output=True, text=True, timeout=60, cwd="/", check=False)
+    r = subprocess.run(
+        ["unshare", "--mount", "--propagation", "shared", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        check=False,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"ok: CDI directory {spec_dir}: made by the first jobns setup" in r.stdout
     spec_dir.mkdir(mode=0o777)
     spec_dir.chmod(0o777)
-    r = subprocess.run(["unshare", "--mount", "--propagation", "shared", *cmd],
-                       capture_output=True, text=True, timeout=60, cwd="/", check=False)
+    r = subprocess.run(
+        ["unshare", "--mount", "--propagation", "shared", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        check=False,
+    )
     problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem:")]
     assert r.returncode == 125 and len(problems) == 1, r.stdout
     assert f"CDI directory {spec_dir} is writable by others than root" in problems[0]

@@ -37,9 +37,14 @@ def box(sandbox: Sandbox) -> Iterator[Sandbox]:
 class Container:
     """A stand-in container: a bundle and an init in its own mount namespace."""
 
-    def __init__(self, box: Sandbox, cid: str, annotations: dict[str, str] | None = None,
-                 process: dict[str, Any] | None = None, dirs: tuple[str, ...] = (
-                     "tmp", "var/tmp", "dev/shm", "etc")) -> None:
+    def __init__(
+        self,
+        box: Sandbox,
+        cid: str,
+        annotations: dict[str, str] | None = None,
+        process: dict[str, Any] | None = None,
+        dirs: tuple[str, ...] = ("tmp", "var/tmp", "dev/shm", "etc"),
+    ) -> None:
         self.box = box
         self.id = cid
         self.bundle = box.root / f"bundle-{cid}"
@@ -47,9 +52,10 @@ class Container:
         for d in dirs:
             (self.rootfs / d).mkdir(parents=True, exist_ok=True)
         self.config: dict[str, Any] = {
-            "ociVersion": "1.0.2", "root": {"path": "rootfs"},
-            "process": process or {"args": ["sh"], "env": ["PATH=/bin"],
-                                   "user": {"uid": 0, "gid": 0}},
+            "ociVersion": "1.0.2",
+            "root": {"path": "rootfs"},
+            "process": process
+            or {"args": ["sh"], "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}},
             "annotations": annotations if annotations is not None else {},
             "linux": {"namespaces": [{"type": "mount"}]},
         }
@@ -61,8 +67,9 @@ class Container:
 
     def start(self) -> int:
         mine = os.stat("/proc/self/ns/mnt").st_ino
-        self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "slave",
-                                      "sleep", "300"])
+        self.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "slave", "sleep", "300"]
+        )
         deadline = time.monotonic() + 10
         while os.stat(f"/proc/{self.proc.pid}/ns/mnt").st_ino == mine:
             assert time.monotonic() < deadline, "unshare did not enter a mount namespace"
@@ -75,22 +82,33 @@ class Container:
             self.proc.wait()
 
     def state(self, status: str = "creating", **extra: Any) -> bytes:
-        doc: dict[str, Any] = {"ociVersion": "1.0.2-dev", "id": self.id, "status": status,
-                               "bundle": str(self.bundle),
-                               "annotations": self.config["annotations"]}
+        doc: dict[str, Any] = {
+            "ociVersion": "1.0.2-dev",
+            "id": self.id,
+            "status": status,
+            "bundle": str(self.bundle),
+            "annotations": self.config["annotations"],
+        }
         if status != "stopped" and self.proc is not None:
             doc["pid"] = self.proc.pid
         doc.update(extra)
         return json.dumps(doc).encode()
 
-    def hook(self, stage: str | None = "createRuntime", data: bytes | None = None
-             ) -> subprocess.CompletedProcess[str]:
+    def hook(
+        self, stage: str | None = "createRuntime", data: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
         if data is None:
             data = self.state("stopped" if stage == "poststop" else "creating")
         cmd = self.box.cmd(["hook", *([stage] if stage else [])])
-        r = subprocess.run(cmd, input=data.decode(errors="surrogateescape"),
-                           capture_output=True, text=True, timeout=60,
-                           env=self.box.env(None, None), cwd="/")
+        r = subprocess.run(
+            cmd,
+            input=data.decode(errors="surrogateescape"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=self.box.env(None, None),
+            cwd="/",
+        )
         return r
 
     def inside(self, rel: str) -> os.stat_result:
@@ -100,8 +118,13 @@ class Container:
 
     def sh(self, script: str) -> str:
         assert self.proc is not None
-        return subprocess.run(["nsenter", "-t", str(self.proc.pid), "-m", "sh", "-c", script],
-                              capture_output=True, text=True, check=True, timeout=30).stdout
+        return subprocess.run(
+            ["nsenter", "-t", str(self.proc.pid), "-m", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
 
     def finish(self) -> subprocess.CompletedProcess[str]:
         """The container exits; then the runtime runs poststop."""
@@ -187,8 +210,9 @@ def one_line_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
 # --- the happy path ------------------------------------------------------------------
 
 
-def test_binds_inside_the_container_only_and_cleans_up(box: Sandbox,
-                                                       containers: list[Container]) -> None:
+def test_binds_inside_the_container_only_and_cleans_up(
+    box: Sandbox, containers: list[Container]
+) -> None:
     c = new(box, containers, "c1", annotations={"org.jobns.job-id": "H1"})
     c.start()
     mounts_before = host_mounts(box)
@@ -204,13 +228,15 @@ def test_binds_inside_the_container_only_and_cleans_up(box: Sandbox,
     assert same(os.stat(c.rootfs / "tmp"), rootfs_tmp_before)
     mountinfo = c.sh("cat /proc/self/mountinfo")
     for target in ("tmp", "var/tmp", "dev/shm"):
-        opts = [ln.split()[5] for ln in mountinfo.splitlines()
-                if ln.split()[4] == f"{c.rootfs}/{target}"]
+        opts = [
+            ln.split()[5]
+            for ln in mountinfo.splitlines()
+            if ln.split()[4] == f"{c.rootfs}/{target}"
+        ]
         assert opts and "nosuid" in opts[-1] and "nodev" in opts[-1], (target, opts)
     c.sh(f"echo inside > {c.rootfs}/tmp/f")
     assert (job / "tmp" / "f").read_text() == "inside\n"
-    assert (job.stat().st_mode & 0o7777, (job / "tmp").stat().st_mode & 0o7777) == \
-        (0o700, 0o1777)
+    assert (job.stat().st_mode & 0o7777, (job / "tmp").stat().st_mode & 0o7777) == (0o700, 0o1777)
     assert holds_left(box) == ["H1", "H1/c1"]
     r = c.finish()
     assert (r.returncode, r.stderr) == (0, "")
@@ -218,8 +244,7 @@ def test_binds_inside_the_container_only_and_cleans_up(box: Sandbox,
     assert holds_left(box) == [] and lock_files(box) == []
 
 
-def test_stage_from_status_and_stdout_never_held(box: Sandbox,
-                                                 containers: list[Container]) -> None:
+def test_stage_from_status_and_stdout_never_held(box: Sandbox, containers: list[Container]) -> None:
     """No STAGE argument: the status decides. And the hook returns (its stdout reaches
     EOF) while the holder lives on: runc waits for that EOF."""
     c = new(box, containers, "c2", annotations={"org.jobns.job-id": "H2"})
@@ -241,8 +266,7 @@ def test_missing_mount_points_are_made(box: Sandbox, containers: list[Container]
     c.start()
     r = c.hook()
     assert r.returncode == 0, r.stderr
-    for rel, mode in (("tmp", 0o1777), ("var", 0o755), ("var/tmp", 0o1777),
-                      ("dev/shm", 0o1777)):
+    for rel, mode in (("tmp", 0o1777), ("var", 0o755), ("var/tmp", 0o1777), ("dev/shm", 0o1777)):
         st = os.lstat(c.rootfs / rel)  # the mount point itself, seen from the host
         assert (st.st_mode & 0o7777, st.st_uid) == (mode, 0), rel
     assert same(c.inside("var/tmp"), os.stat(box.local / "job-H3" / "var_tmp"))
@@ -267,7 +291,8 @@ def test_repeated_create_call_is_idempotent(box: Sandbox, containers: list[Conta
 
 
 def test_two_containers_of_a_job_share_another_job_does_not(
-        box: Sandbox, containers: list[Container]) -> None:
+    box: Sandbox, containers: list[Container]
+) -> None:
     a = new(box, containers, "a", annotations={"org.jobns.job-id": "S1"})
     b = new(box, containers, "b", annotations={"org.jobns.job-id": "S1"})
     other = new(box, containers, "o", annotations={"org.jobns.job-id": "S2"})
@@ -287,24 +312,45 @@ def test_two_containers_of_a_job_share_another_job_does_not(
 
 
 def test_container_and_bare_jobns_run_share_either_order(
-        box: Sandbox, containers: list[Container]) -> None:
+    box: Sandbox, containers: list[Container]
+) -> None:
     gate, ready = box.root / "gate", box.root / "ready"
     # 1. The container is there first and outlives the task.
     c = new(box, containers, "r1", annotations={"org.jobns.job-id": "R1"})
     c.start()
     assert c.hook().returncode == 0
     c.sh(f"echo c > {c.rootfs}/tmp/from-container")
-    r = box.run(["run", "--job-id", "R1", "--", "sh", "-c",
-                 "cat /tmp/from-container; echo t > /tmp/from-task"], cwd="/")
+    r = box.run(
+        [
+            "run",
+            "--job-id",
+            "R1",
+            "--",
+            "sh",
+            "-c",
+            "cat /tmp/from-container; echo t > /tmp/from-task",
+        ],
+        cwd="/",
+    )
     assert (r.returncode, r.stdout) == (0, "c\n"), r.stderr
     # The task ended while the container held the tree: it must still be there.
     assert c.sh(f"cat {c.rootfs}/tmp/from-task") == "t\n"
     assert c.finish().returncode == 0
     assert box.leftovers() == []
     # 2. The task is there first and outlives the container.
-    task = box.popen(["run", "--job-id", "R2", "--", "sh", "-c",
-                      f"touch {ready}; while [ ! -e {gate} ]; do sleep 0.02; done; "
-                      "cat /tmp/from-container"], stdout=subprocess.PIPE, cwd="/")
+    task = box.popen(
+        [
+            "run",
+            "--job-id",
+            "R2",
+            "--",
+            "sh",
+            "-c",
+            f"touch {ready}; while [ ! -e {gate} ]; do sleep 0.02; done; cat /tmp/from-container",
+        ],
+        stdout=subprocess.PIPE,
+        cwd="/",
+    )
     deadline = time.monotonic() + 20
     while not ready.exists():
         assert time.monotonic() < deadline
@@ -321,8 +367,9 @@ def test_container_and_bare_jobns_run_share_either_order(
     assert box.leftovers() == [] and holds_left(box) == []
 
 
-def test_prolog_job_is_reused_and_left_to_the_epilog(box: Sandbox,
-                                                     containers: list[Container]) -> None:
+def test_prolog_job_is_reused_and_left_to_the_epilog(
+    box: Sandbox, containers: list[Container]
+) -> None:
     r = box.run(["setup", "--job-id", "P1"])
     assert r.returncode == 0, r.stderr
     c = new(box, containers, "p1", annotations={"org.jobns.job-id": "P1"})
@@ -340,20 +387,27 @@ def test_prolog_job_is_reused_and_left_to_the_epilog(box: Sandbox,
 def as_user(user: Any, env: tuple[str, ...] = ()) -> dict[str, Any]:
     """config.json's process for a container that runs as user (DESIGN.md rule 7: a job's
     directories go only to containers of the job's user)."""
-    return {"args": ["sh"], "env": ["PATH=/bin", *env], "user": {"uid": user.uid,
-                                                                 "gid": user.gid}}
+    return {"args": ["sh"], "env": ["PATH=/bin", *env], "user": {"uid": user.uid, "gid": user.gid}}
 
 
-def test_prolog_job_of_a_user_is_given_to_her_container(box: Sandbox,
-                                                        containers: list[Container],
-                                                        users: list[Any]) -> None:
+def test_prolog_job_of_a_user_is_given_to_her_container(
+    box: Sandbox, containers: list[Container], users: list[Any]
+) -> None:
     alice = users[0]
     assert box.run(["setup", "--job-id", "PU1", "--user", alice.name]).returncode == 0
     # Named or not, by annotation or by Slurm's variables: she is the container's user.
-    for cid, ann, env in (("pu1", {}, ()), ("pu2", {"org.jobns.user": alice.name}, ()),
-                          ("pu3", {}, (f"SLURM_JOB_UID={alice.uid}",))):
-        c = new(box, containers, cid, annotations={"org.jobns.job-id": "PU1", **ann},
-                process=as_user(alice, env))
+    for cid, ann, env in (
+        ("pu1", {}, ()),
+        ("pu2", {"org.jobns.user": alice.name}, ()),
+        ("pu3", {}, (f"SLURM_JOB_UID={alice.uid}",)),
+    ):
+        c = new(
+            box,
+            containers,
+            cid,
+            annotations={"org.jobns.job-id": "PU1", **ann},
+            process=as_user(alice, env),
+        )
         c.start()
         r = c.hook()
         assert (r.returncode, r.stderr) == (0, ""), cid
@@ -364,25 +418,34 @@ def test_prolog_job_of_a_user_is_given_to_her_container(box: Sandbox,
     assert box.leftovers() == []
 
 
-def test_prolog_job_of_another_user_is_refused(box: Sandbox, containers: list[Container],
-                                               users: list[Any]) -> None:
+def test_prolog_job_of_another_user_is_refused(
+    box: Sandbox, containers: list[Container], users: list[Any]
+) -> None:
     """bob's container naming himself is still not alice's (tests/security has the rest)."""
     alice, bob = users
     assert box.run(["setup", "--job-id", "P2", "--user", alice.name]).returncode == 0
-    c = new(box, containers, "p2", annotations={"org.jobns.job-id": "P2",
-                                                "org.jobns.user": bob.name},
-            process=as_user(bob))
+    c = new(
+        box,
+        containers,
+        "p2",
+        annotations={"org.jobns.job-id": "P2", "org.jobns.user": bob.name},
+        process=as_user(bob),
+    )
     c.start()
     mounts_before = host_mounts(box)
-    one_line_error(c.hook(), f"container p2 runs as uid {bob.uid} (process.user, mapped to "
-                             f"the host), but job P2 belongs to {alice.name} (uid {alice.uid})")
+    one_line_error(
+        c.hook(),
+        f"container p2 runs as uid {bob.uid} (process.user, mapped to "
+        f"the host), but job P2 belongs to {alice.name} (uid {alice.uid})",
+    )
     assert host_mounts(box) == mounts_before and holds_left(box) == []
     assert not same(c.inside("tmp"), os.stat(box.local / "job-P2" / "tmp"))
     assert box.run(["teardown", "--job-id", "P2"]).returncode == 0
 
 
-def test_root_container_may_use_only_roots_job(box: Sandbox, containers: list[Container],
-                                              users: list[Any]) -> None:
+def test_root_container_may_use_only_roots_job(
+    box: Sandbox, containers: list[Container], users: list[Any]
+) -> None:
     """A job owned by root goes to a root container; a user's job does not, named or not."""
     alice = users[0]
     assert box.run(["setup", "--job-id", "RT1"]).returncode == 0
@@ -392,11 +455,18 @@ def test_root_container_may_use_only_roots_job(box: Sandbox, containers: list[Co
     assert same(c.inside("tmp"), os.stat(box.local / "job-RT1" / "tmp"))
     assert c.finish().returncode == 0
     assert box.run(["teardown", "--job-id", "RT1"]).returncode == 0
-    c = new(box, containers, "rt2", annotations={"org.jobns.job-id": "RT2",
-                                                 "org.jobns.user": alice.name})
+    c = new(
+        box,
+        containers,
+        "rt2",
+        annotations={"org.jobns.job-id": "RT2", "org.jobns.user": alice.name},
+    )
     c.start()
-    one_line_error(c.hook(), "container rt2 runs as uid 0 (process.user, mapped to the host), "
-                             f"but annotation org.jobns.user names {alice.name}")
+    one_line_error(
+        c.hook(),
+        "container rt2 runs as uid 0 (process.user, mapped to the host), "
+        f"but annotation org.jobns.user names {alice.name}",
+    )
     assert box.leftovers() == [] and holds_left(box) == [] and lock_files(box) == []
 
 
@@ -408,8 +478,9 @@ class UsernsContainer(Container):
 
     def start(self) -> int:
         mine = os.stat("/proc/self/ns/mnt").st_ino
-        self.proc = subprocess.Popen(["unshare", "--user", "--mount", "--propagation", "slave",
-                                      "sleep", "300"])
+        self.proc = subprocess.Popen(
+            ["unshare", "--user", "--mount", "--propagation", "slave", "sleep", "300"]
+        )
         deadline = time.monotonic() + 10
         while os.stat(f"/proc/{self.proc.pid}/ns/mnt").st_ino == mine:
             assert time.monotonic() < deadline, "unshare did not enter a mount namespace"
@@ -420,7 +491,8 @@ class UsernsContainer(Container):
 
 
 def test_container_user_is_mapped_through_its_live_user_namespace(
-        box: Sandbox, containers: list[Container], users: list[Any]) -> None:
+    box: Sandbox, containers: list[Container], users: list[Any]
+) -> None:
     """process.user uid 0 in a user namespace whose 0 is alice on the host: her container.
     The live init's maps count, not config.json's (which here claims nothing)."""
     alice = users[0]
@@ -445,8 +517,9 @@ def test_container_user_is_mapped_through_its_live_user_namespace(
     assert box.leftovers() == [] and holds_left(box) == []
 
 
-def test_killed_holder_poststop_finishes_the_work(box: Sandbox,
-                                                  containers: list[Container]) -> None:
+def test_killed_holder_poststop_finishes_the_work(
+    box: Sandbox, containers: list[Container]
+) -> None:
     c = new(box, containers, "k1", annotations={"org.jobns.job-id": "K1"})
     c.start()
     assert c.hook().returncode == 0
@@ -458,7 +531,8 @@ def test_killed_holder_poststop_finishes_the_work(box: Sandbox,
 
 
 def test_gc_finishes_holds_whose_holder_and_poststop_are_gone(
-        box: Sandbox, containers: list[Container]) -> None:
+    box: Sandbox, containers: list[Container]
+) -> None:
     """`jobns gc` (hook.holds.sweep): a killed holder, no poststop."""
     c = new(box, containers, "w1", annotations={"org.jobns.job-id": "W1"})
     c.start()
@@ -488,8 +562,7 @@ def test_holder_cleans_up_without_poststop(box: Sandbox, containers: list[Contai
     assert box.leftovers() == [] and lock_files(box) == []
 
 
-def test_gc_sees_a_containers_directories_in_use(box: Sandbox,
-                                                containers: list[Container]) -> None:
+def test_gc_sees_a_containers_directories_in_use(box: Sandbox, containers: list[Container]) -> None:
     c = new(box, containers, "g1", annotations={"org.jobns.job-id": "G1"})
     c.start()
     assert c.hook().returncode == 0
@@ -511,18 +584,26 @@ def nothing_left(box: Sandbox, c: Container, mounts_before: list[str]) -> None:
     assert holders() == []
 
 
-@pytest.mark.parametrize(("data", "needle"), [
-    (b"", "OCI state on stdin: it is empty"),
-    (b"{]", "OCI state on stdin: not JSON"),
-    (b'{"ociVersion": "1", "id": "x", "status": "creating", "pid": 1}', "names no bundle"),
-    (b'{"ociVersion": "1", "id": "x", "status": 5, "bundle": "/b"}', "status: must be one of"),
-    (b'{"ociVersion": "1", "id": "../x", "status": "creating", "bundle": "/b", "pid": 1}',
-     "container id '../x' is not a safe path component"),
-    (b'{"ociVersion": "1", "id": "x", "status": "creating", "bundle": "/b"}',
-     "the OCI state has no pid"),
-])
-def test_malformed_state(box: Sandbox, containers: list[Container], data: bytes,
-                         needle: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"", "OCI state on stdin: it is empty"),
+        (b"{]", "OCI state on stdin: not JSON"),
+        (b'{"ociVersion": "1", "id": "x", "status": "creating", "pid": 1}', "names no bundle"),
+        (b'{"ociVersion": "1", "id": "x", "status": 5, "bundle": "/b"}', "status: must be one of"),
+        (
+            b'{"ociVersion": "1", "id": "../x", "status": "creating", "bundle": "/b", "pid": 1}',
+            "container id '../x' is not a safe path component",
+        ),
+        (
+            b'{"ociVersion": "1", "id": "x", "status": "creating", "bundle": "/b"}',
+            "the OCI state has no pid",
+        ),
+    ],
+)
+def test_malformed_state(
+    box: Sandbox, containers: list[Container], data: bytes, needle: str
+) -> None:
     c = new(box, containers, "m")
     mounts_before = host_mounts(box)
     one_line_error(c.hook(None, data), needle)
@@ -533,22 +614,33 @@ def test_missing_bundle(box: Sandbox, containers: list[Container]) -> None:
     c = new(box, containers, "mb", annotations={"org.jobns.job-id": "MB"})
     c.start()
     mounts_before = host_mounts(box)
-    one_line_error(c.hook("createRuntime", c.state(bundle=str(box.root / "gone"))),
-                   f"open bundle {box.root}/gone: No such file or directory")
+    one_line_error(
+        c.hook("createRuntime", c.state(bundle=str(box.root / "gone"))),
+        f"open bundle {box.root}/gone: No such file or directory",
+    )
     nothing_left(box, c, mounts_before)
 
 
-@pytest.mark.parametrize(("link", "target", "needle"), [
-    ("tmp", "/etc", "refuse {rootfs}/tmp: it is a symbolic link (to '/etc')"),
-    ("var", "/etc", "refuse {rootfs}/var: it is a symbolic link (to '/etc')"),
-    ("var/tmp", "../etc", "refuse {rootfs}/var/tmp: it is a symbolic link (to '../etc')"),
-    ("dev/shm", "/etc", "refuse {rootfs}/dev/shm: it is a symbolic link (to '/etc')"),
-    ("dev", "/etc", "refuse {rootfs}/dev: it is a symbolic link (to '/etc')"),
-])
-def test_symlinked_mount_point_is_refused(box: Sandbox, containers: list[Container], link: str,
-                                          target: str, needle: str) -> None:
-    c = new(box, containers, "sl", annotations={"org.jobns.job-id": "SL"},
-            dirs=("etc", "dev/shm", "var/tmp", "tmp"))
+@pytest.mark.parametrize(
+    ("link", "target", "needle"),
+    [
+        ("tmp", "/etc", "refuse {rootfs}/tmp: it is a symbolic link (to '/etc')"),
+        ("var", "/etc", "refuse {rootfs}/var: it is a symbolic link (to '/etc')"),
+        ("var/tmp", "../etc", "refuse {rootfs}/var/tmp: it is a symbolic link (to '../etc')"),
+        ("dev/shm", "/etc", "refuse {rootfs}/dev/shm: it is a symbolic link (to '/etc')"),
+        ("dev", "/etc", "refuse {rootfs}/dev: it is a symbolic link (to '/etc')"),
+    ],
+)
+def test_symlinked_mount_point_is_refused(
+    box: Sandbox, containers: list[Container], link: str, target: str, needle: str
+) -> None:
+    c = new(
+        box,
+        containers,
+        "sl",
+        annotations={"org.jobns.job-id": "SL"},
+        dirs=("etc", "dev/shm", "var/tmp", "tmp"),
+    )
     if link in ("var", "dev"):
         (c.rootfs / link).rename(c.rootfs / f"{link}.real")
     else:
@@ -568,8 +660,7 @@ def test_symlinked_mount_point_is_refused(box: Sandbox, containers: list[Contain
     assert sorted(os.listdir(f"/proc/{c.proc.pid}/root/etc")) == etc_before
 
 
-def test_rootfs_through_roots_link_is_followed(box: Sandbox,
-                                              containers: list[Container]) -> None:
+def test_rootfs_through_roots_link_is_followed(box: Sandbox, containers: list[Container]) -> None:
     """A site's link (root's, say /home -> /data/home) on the way to the rootfs is
     followed; only a user's is refused (tests/security)."""
     c = new(box, containers, "rl", annotations={"org.jobns.job-id": "RL"})
@@ -579,14 +670,17 @@ def test_rootfs_through_roots_link_is_followed(box: Sandbox,
     r = c.hook()
     assert (r.returncode, r.stderr) == (0, "")
     assert c.proc is not None
-    assert same(os.stat(f"/proc/{c.proc.pid}/root{c.bundle}/image/tmp"),
-                os.stat(box.local / "job-RL" / "tmp"))
+    assert same(
+        os.stat(f"/proc/{c.proc.pid}/root{c.bundle}/image/tmp"),
+        os.stat(box.local / "job-RL" / "tmp"),
+    )
     assert c.finish().returncode == 0
     assert box.leftovers() == []
 
 
-def test_mount_points_made_are_removed_on_failure(box: Sandbox,
-                                                  containers: list[Container]) -> None:
+def test_mount_points_made_are_removed_on_failure(
+    box: Sandbox, containers: list[Container]
+) -> None:
     """tmp/ and var/ are missing (made), then dev/shm is a file: the hook fails and takes
     back what it made."""
     c = new(box, containers, "rb", annotations={"org.jobns.job-id": "RB"}, dirs=("dev",))
@@ -598,17 +692,27 @@ def test_mount_points_made_are_removed_on_failure(box: Sandbox,
     nothing_left(box, c, mounts_before)
 
 
-@pytest.mark.parametrize(("annotations", "needle"), [
-    ({"org.jobns.job-id": "a/b"}, "annotation org.jobns.job-id 'a/b' is not a safe path"),
-    ({"org.jobns.job-id": "B1", "org.jobns.no-rm-tmpdir": "maybe"},
-     "annotation org.jobns.no-rm-tmpdir='maybe': expected 'true' or 'false'"),
-    ({"org.jobns.job-id": "B2", "org.jobns.shared-tmpdir": "all"},
-     "annotation org.jobns.shared-tmpdir='all': expected"),
-    ({"org.jobns.job-id": "B3", "org.jobns.user": "nobody-jobns-x"},
-     "look up user 'nobody-jobns-x' from annotation org.jobns.user: no such user"),
-])
-def test_bad_annotation(box: Sandbox, containers: list[Container], annotations: dict[str, str],
-                        needle: str) -> None:
+@pytest.mark.parametrize(
+    ("annotations", "needle"),
+    [
+        ({"org.jobns.job-id": "a/b"}, "annotation org.jobns.job-id 'a/b' is not a safe path"),
+        (
+            {"org.jobns.job-id": "B1", "org.jobns.no-rm-tmpdir": "maybe"},
+            "annotation org.jobns.no-rm-tmpdir='maybe': expected 'true' or 'false'",
+        ),
+        (
+            {"org.jobns.job-id": "B2", "org.jobns.shared-tmpdir": "all"},
+            "annotation org.jobns.shared-tmpdir='all': expected",
+        ),
+        (
+            {"org.jobns.job-id": "B3", "org.jobns.user": "nobody-jobns-x"},
+            "look up user 'nobody-jobns-x' from annotation org.jobns.user: no such user",
+        ),
+    ],
+)
+def test_bad_annotation(
+    box: Sandbox, containers: list[Container], annotations: dict[str, str], needle: str
+) -> None:
     c = new(box, containers, "ba", annotations=annotations)
     c.start()
     mounts_before = host_mounts(box)
@@ -616,14 +720,16 @@ def test_bad_annotation(box: Sandbox, containers: list[Container], annotations: 
     nothing_left(box, c, mounts_before)
 
 
-def test_container_in_the_host_namespace_is_refused(box: Sandbox,
-                                                    containers: list[Container]) -> None:
+def test_container_in_the_host_namespace_is_refused(
+    box: Sandbox, containers: list[Container]
+) -> None:
     c = new(box, containers, "hn", annotations={"org.jobns.job-id": "HN"})
     mounts_before = host_mounts(box)
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        one_line_error(c.hook(None, c.state(pid=sleeper.pid)),
-                       "container hn shares the host's mount namespace")
+        one_line_error(
+            c.hook(None, c.state(pid=sleeper.pid)), "container hn shares the host's mount namespace"
+        )
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -640,11 +746,20 @@ def test_late_stage_is_refused(box: Sandbox, containers: list[Container]) -> Non
 # --- oci-config ----------------------------------------------------------------------
 
 
-def test_oci_config_prepares_a_bundle(box: Sandbox, containers: list[Container],
-                                      users: list[Any]) -> None:
+def test_oci_config_prepares_a_bundle(
+    box: Sandbox, containers: list[Container], users: list[Any]
+) -> None:
     alice = users[0]
-    c = new(box, containers, "oc", process={"args": ["sh"], "env": ["PATH=/bin"],
-                                            "user": {"uid": alice.uid, "gid": alice.gid}})
+    c = new(
+        box,
+        containers,
+        "oc",
+        process={
+            "args": ["sh"],
+            "env": ["PATH=/bin"],
+            "user": {"uid": alice.uid, "gid": alice.gid},
+        },
+    )
     r = box.run(["oci-config", "--job-id", "OC1", str(c.bundle)], cwd="/")
     assert (r.returncode, r.stderr) == (0, "")
     doc = json.loads((c.bundle / "config.json").read_text())
@@ -652,14 +767,16 @@ def test_oci_config_prepares_a_bundle(box: Sandbox, containers: list[Container],
     assert [(m["destination"], m["source"], m["options"]) for m in doc["mounts"]] == [
         ("/tmp", f"{job}/tmp", ["rbind", "nosuid", "nodev"]),
         ("/var/tmp", f"{job}/var_tmp", ["rbind", "nosuid", "nodev"]),
-        ("/dev/shm", f"{box.shm}/job-OC1", ["rbind", "nosuid", "nodev"])]
+        ("/dev/shm", f"{box.shm}/job-OC1", ["rbind", "nosuid", "nodev"]),
+    ]
     env = dict(e.split("=", 1) for e in doc["process"]["env"])
     assert env["TMPDIR"] == "/tmp" and env["JOBNS_JOB_ID"] == "OC1"
     assert env["PMIX_NSDIR"] == "/tmp/pmix/jobns.OC1"
     assert doc["annotations"] == {"org.jobns.job-id": "OC1"}
     # One stage: the holder notices the container's exit; no poststop hook.
-    assert [h["args"] for h in doc["hooks"]["createRuntime"]] == \
-        [["jobns", "hook", "--config", str(box.config), "createRuntime"]]
+    assert [h["args"] for h in doc["hooks"]["createRuntime"]] == [
+        ["jobns", "hook", "--config", str(box.config), "createRuntime"]
+    ]
     assert "poststop" not in doc["hooks"]
     assert doc["hooks"]["createRuntime"][0]["path"] == JOBNS
     # The directories exist now, owned by the container's user.
@@ -671,8 +788,19 @@ def test_oci_config_prepares_a_bundle(box: Sandbox, containers: list[Container],
     c.config = doc
     pid = c.start()
     for target, source in (("tmp", job / "tmp"), ("dev/shm", box.shm / "job-OC1")):
-        subprocess.run(["nsenter", "-t", str(pid), "-m", "mount", "--rbind", str(source),
-                        str(c.rootfs / target)], check=True)
+        subprocess.run(
+            [
+                "nsenter",
+                "-t",
+                str(pid),
+                "-m",
+                "mount",
+                "--rbind",
+                str(source),
+                str(c.rootfs / target),
+            ],
+            check=True,
+        )
     mountinfo = c.sh("cat /proc/self/mountinfo")
     assert c.hook().returncode == 0
     new_lines = set(c.sh("cat /proc/self/mountinfo").splitlines()) - set(mountinfo.splitlines())
@@ -682,8 +810,9 @@ def test_oci_config_prepares_a_bundle(box: Sandbox, containers: list[Container],
     assert box.leftovers() == []
 
 
-def test_oci_config_for_a_prolog_job_adds_no_hooks(box: Sandbox,
-                                                   containers: list[Container]) -> None:
+def test_oci_config_for_a_prolog_job_adds_no_hooks(
+    box: Sandbox, containers: list[Container]
+) -> None:
     assert box.run(["setup", "--job-id", "OC2"]).returncode == 0
     c = new(box, containers, "oc2", annotations={"org.jobns.job-id": "OC2"})
     r = box.run(["oci-config", str(c.bundle)], cwd="/")

@@ -31,7 +31,9 @@ from tests.integration.test_staging import (
 pytestmark = pytest.mark.root
 
 INPUTS = {f"in/f{i}.dat": os.urandom(50_000 + i) for i in range(6)} | {
-    "script.sh": b"#!/bin/sh\n", "stdout": b"start\n"}
+    "script.sh": b"#!/bin/sh\n",
+    "stdout": b"start\n",
+}
 MOVED_IN = {k: v for k, v in sums(INPUTS).items() if k != "stdout"}
 
 
@@ -41,9 +43,11 @@ class Site:
         self.log = box.root / "programs.log"
         self.log.touch()
         self.hook = box.root / "hook.sh"
-        self.hook.write_text(f'#!/bin/sh\necho "$JOBNS_STATE $JOBNS_JOB_ID $JOBNS_USER '
-                             f'$JOBNS_SCRATCH_DIR $TMPDIR" >> {self.log}\n'
-                             '[ ! -e "$JOBNS_HOST_TMP/fail-$JOBNS_STATE" ] || exit 3\n')
+        self.hook.write_text(
+            f'#!/bin/sh\necho "$JOBNS_STATE $JOBNS_JOB_ID $JOBNS_USER '
+            f'$JOBNS_SCRATCH_DIR $TMPDIR" >> {self.log}\n'
+            '[ ! -e "$JOBNS_HOST_TMP/fail-$JOBNS_STATE" ] || exit 3\n'
+        )
         self.hook.chmod(0o755)
         arc.separate("scratch")  # session and scratch on two file systems: per-file copies
         self.configure()
@@ -56,16 +60,30 @@ class Site:
             "#!/bin/sh\n#SBATCH -N1\n#JOBNS shm capacity=4MiB\n#JOBNS tmp capacity=8MiB\n"
             f"#JOBNS stage_in source={arc.stage}/%u/in.cfg destination=/tmp/in.cfg\n"
             f"#JOBNS stage_out source=/tmp/result destination={arc.stage}/%u/result-%j\n"
-            "srun true\n")
+            "srun true\n"
+        )
 
     def configure(self, movetool: str = "") -> None:
-        self.arc.configure(movetool=movetool, extra=(
-            f'[lifecycle]\npre_run = "{self.hook}"\npost_run = "{self.hook}"\n'
-            "program_timeout = 30\n"))
+        self.arc.configure(
+            movetool=movetool,
+            extra=(
+                f'[lifecycle]\npre_run = "{self.hook}"\npost_run = "{self.hook}"\n'
+                "program_timeout = 30\n"
+            ),
+        )
 
     def setup_args(self, job: str) -> list[str]:
-        return ["setup", "--job-id", job, "--user", self.arc.user.name, "--script",
-                str(self.script), "--session-dir", str(self.session)]
+        return [
+            "setup",
+            "--job-id",
+            job,
+            "--user",
+            self.arc.user.name,
+            "--script",
+            str(self.script),
+            "--session-dir",
+            str(self.session),
+        ]
 
     @property
     def scratch(self) -> Path:
@@ -73,11 +91,15 @@ class Site:
 
     def work(self, job: str) -> dict[str, bytes]:
         """The job: checks its inputs, writes outputs in scratch, /tmp and stdout."""
-        out = run_job(self.box, job, self.arc.user,
-                      f"cd {self.scratch} && sha256sum in/f0.dat && cat /tmp/in.cfg && "
-                      "head -c 400000 /dev/urandom > out.bin && mkdir -p res && "
-                      "echo r > res/r.txt && echo line >> stdout && echo done > /tmp/result && "
-                      "head -c 1000000 /dev/urandom > /dev/shm/seg")
+        out = run_job(
+            self.box,
+            job,
+            self.arc.user,
+            f"cd {self.scratch} && sha256sum in/f0.dat && cat /tmp/in.cfg && "
+            "head -c 400000 /dev/urandom > out.bin && mkdir -p res && "
+            "echo r > res/r.txt && echo line >> stdout && echo done > /tmp/result && "
+            "head -c 1000000 /dev/urandom > /dev/shm/seg",
+        )
         assert out.split()[0] == sums(INPUTS)["in/f0.dat"]
         assert "config" in out
         return {"out.bin": (self.scratch / "out.bin").read_bytes(), "res/r.txt": b"r\n"}
@@ -133,14 +155,16 @@ def stopped_in(pgid: int) -> bool:
     return False
 
 
-def kill_when_paused(box: Sandbox, args: list[str], point: str, until: Path | None = None,
-                     group: bool = True) -> None:
+def kill_when_paused(
+    box: Sandbox, args: list[str], point: str, until: Path | None = None, group: bool = True
+) -> None:
     """Run jobns with the pause hook at `point` and SIGKILL its whole process group once
     it stopped there (or once `until` exists: a blocked movetool). group=False kills
     jobns alone: what it started must die with it."""
     env = {} if until is not None else {"JOBNS_TEST_PAUSE_IN": point}
-    p = box.popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                  stderr=subprocess.PIPE)
+    p = box.popen(
+        args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 60
     while not (until.exists() if until is not None else stopped_in(p.pid)):
         if p.poll() is not None:
@@ -177,10 +201,23 @@ def recover(box: Sandbox) -> str:
     return r.stdout
 
 
-SETUP_POINTS = ["pending", "staging-in", "staging-in@1", "staging-in@4", "staged-in",
-                "pre-run", "running"]
-EPILOG_POINTS = ["post-run", "staging-out", "staging-out@1", "staging-out@5", "teardown",
-                 "complete"]
+SETUP_POINTS = [
+    "pending",
+    "staging-in",
+    "staging-in@1",
+    "staging-in@4",
+    "staged-in",
+    "pre-run",
+    "running",
+]
+EPILOG_POINTS = [
+    "post-run",
+    "staging-out",
+    "staging-out@1",
+    "staging-out@5",
+    "teardown",
+    "complete",
+]
 
 
 @pytest.mark.parametrize("point", SETUP_POINTS)
@@ -251,11 +288,13 @@ def test_sigkill_while_the_movetool_runs(site: Site, phase: str) -> None:
     shared.chmod(0o1777)
     started, gate = shared / "tool-started", shared / "gate"
     tool = box.root / "slowcp"
-    tool.write_text("#!/bin/sh\n"
-                    f'[ -e {gate} ] && exec cp -a "$@"\n'
-                    'cp -a "$@"\n'
-                    'find "$2" -type f -size +1k | head -n 1 | xargs -r truncate -s 100\n'
-                    f"touch {started}\nexec sleep 600\n")
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'[ -e {gate} ] && exec cp -a "$@"\n'
+        'cp -a "$@"\n'
+        'find "$2" -type f -size +1k | head -n 1 | xargs -r truncate -s 100\n'
+        f"touch {started}\nexec sleep 600\n"
+    )
     tool.chmod(0o755)
     site.configure(movetool=str(tool))
     outputs: dict[str, bytes] = {}
@@ -290,9 +329,12 @@ def test_pre_run_failure_fails_the_job_and_puts_inputs_back(site: Site) -> None:
     home = site.arc.stage / site.arc.user.name
     (home / "flag").write_bytes(b"")
     site.arc.chown(home)
-    site.script.write_text(site.script.read_text().replace(
-        "srun true", f"#JOBNS stage_in source={home}/flag destination=/tmp/fail-pre-run\n"
-                     "srun true"))
+    site.script.write_text(
+        site.script.read_text().replace(
+            "srun true",
+            f"#JOBNS stage_in source={home}/flag destination=/tmp/fail-pre-run\nsrun true",
+        )
+    )
     r = box.run(site.setup_args("k4"))
     assert r.returncode == 125 and "pre-run program" in r.stderr, r.stderr
     assert "exit status 3" in r.stderr and "torn down" in r.stderr
@@ -317,7 +359,12 @@ def test_states_in_history_and_status(site: Site) -> None:
     assert box.run(site.setup_args("k6")).returncode == 0
     rec = json.loads((box.state / "jobs/k6/state.json").read_text())
     assert [h["state"] for h in rec["history"]] == [
-        "pending", "staging-in", "staged-in", "pre-run", "running"]
+        "pending",
+        "staging-in",
+        "staged-in",
+        "pre-run",
+        "running",
+    ]
     assert rec["staging"]["session_dir"] == str(site.session)
     status = json.loads(box.run(["status", "--json"]).stdout)
     assert status["jobs"][0]["state"] == "running"
@@ -335,8 +382,11 @@ def test_recover_leaves_running_and_busy_jobs_alone(site: Site, users: list[OsUs
     assert "running: nothing to do" in recover(box)
     assert site.state("k7") == "running"
     # A setup in progress (its lock held) is not touched.
-    p = box.popen(["setup", "--job-id", "k8", "--user", users[1].name],
-                  env={"JOBNS_TEST_PAUSE_IN": "staging-in"}, start_new_session=True)
+    p = box.popen(
+        ["setup", "--job-id", "k8", "--user", users[1].name],
+        env={"JOBNS_TEST_PAUSE_IN": "staging-in"},
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while not stopped_in(p.pid):
         assert time.monotonic() < deadline

@@ -35,11 +35,14 @@ def test_status_prometheus_on_real_jobs(sandbox: Sandbox, users: list[OsUser]) -
     summary = sandbox.state / "gc.json"
     assert summary.stat().st_uid == 0 and summary.stat().st_mode & 0o077 == 0  # root's
 
-    r = sandbox.run(["setup", "--job-id", "M1", "--user", alice.name, "--directives",
-                     "tmp capacity=8MiB"])
+    r = sandbox.run(
+        ["setup", "--job-id", "M1", "--user", alice.name, "--directives", "tmp capacity=8MiB"]
+    )
     assert r.returncode == 0, r.stderr
-    r = sandbox.run(["run", "--job-id", "M1", "--", "sh", "-c",
-                     "head -c 1048576 /dev/urandom > /tmp/data"], user=alice)
+    r = sandbox.run(
+        ["run", "--job-id", "M1", "--", "sh", "-c", "head -c 1048576 /dev/urandom > /tmp/data"],
+        user=alice,
+    )
     assert r.returncode == 0, r.stderr
     assert sandbox.run(["setup", "--job-id", "M2", "--user", alice.name]).returncode == 0
     stuck = sandbox.local / "job-M2/tmp/stuck"
@@ -52,16 +55,16 @@ def test_status_prometheus_on_real_jobs(sandbox: Sandbox, users: list[OsUser]) -
         m = parse(r.stdout)
         used = {s["job_id"]: v for s, v in m["jobns_job_used_bytes"]}
         assert used["M1"] >= 1 << 20
-        assert ({"job_id": "M1", "user": alice.name, "fs": "tmp"}, float(8 << 20)) in \
-            m["jobns_job_capacity_bytes"]
+        assert ({"job_id": "M1", "user": alice.name, "fs": "tmp"}, float(8 << 20)) in m[
+            "jobns_job_capacity_bytes"
+        ]
         by_state = {s["state"]: v for s, v in m["jobns_jobs"]}
         assert by_state["running"] == 1 and by_state["teardown-fail"] == 1
-        assert m["jobns_job_teardown_failures"] == [({"job_id": "M2", "user": alice.name},
-                                                     1.0)]
+        assert m["jobns_job_teardown_failures"] == [({"job_id": "M2", "user": alice.name}, 1.0)]
         assert m["jobns_teardown_failures"] == [({}, 1.0)]
         assert m["jobns_gc_leftovers"] == [({}, 1.0)]
         assert m["jobns_gc_problems"] == [({}, 0.0)]
-        (_, when), = m["jobns_gc_last_run_timestamp_seconds"]
+        ((_, when),) = m["jobns_gc_last_run_timestamp_seconds"]
         assert before <= when <= time.time()
         # An ordinary user gets her own jobs, and no gc summary (it is root's).
         r = sandbox.run(["status", "--format", "prometheus"], user=alice)
@@ -81,8 +84,9 @@ def test_status_prometheus_on_real_jobs(sandbox: Sandbox, users: list[OsUser]) -
         assert parse(out.read_text())["jobns_jobs"] == m["jobns_jobs"]
         r = sandbox.run(["status", "--output", str(out)])
         assert r.returncode == 125 and "--output needs --format prometheus" in r.stderr
-        r = sandbox.run(["status", "--format", "prometheus", "--output",
-                         str(sandbox.root / "nodir" / "x.prom")])
+        r = sandbox.run(
+            ["status", "--format", "prometheus", "--output", str(sandbox.root / "nodir" / "x.prom")]
+        )
         assert r.returncode == 125 and r.stderr.count("\n") == 1 and "x.prom" in r.stderr
     finally:
         subprocess.run(["chattr", "-i", str(stuck)], check=True)

@@ -21,8 +21,10 @@ from tests.conftest import OsUser, Sandbox
 
 pytestmark = pytest.mark.root
 
-LINE = re.compile(r"^<(\d+)>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d jobns\[(\d+)\]: (\S+)"
-                  r"((?: job=\S+)?)((?: user=\S+)?): (.+)$")
+LINE = re.compile(
+    r"^<(\d+)>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d jobns\[(\d+)\]: (\S+)"
+    r"((?: job=\S+)?)((?: user=\S+)?): (.+)$"
+)
 INFO, WARNING, ERR = 3 * 8 + 6, 3 * 8 + 4, 3 * 8 + 3  # facility daemon
 
 
@@ -47,8 +49,9 @@ class Listener:
         for text in self.lines():
             m = LINE.match(text)
             assert m, text
-            out.append((int(m[1]), m[3], m[4].removeprefix(" job="),
-                        m[5].removeprefix(" user="), m[6]))
+            out.append(
+                (int(m[1]), m[3], m[4].removeprefix(" job="), m[5].removeprefix(" user="), m[6])
+            )
         return out
 
 
@@ -64,33 +67,46 @@ def env(listener: Listener, **extra: str) -> dict[str, str]:
 
 
 def test_setup_and_teardown_log_each_state_and_the_outcome(
-        sandbox: Sandbox, users: list[OsUser], syslog: Listener) -> None:
+    sandbox: Sandbox, users: list[OsUser], syslog: Listener
+) -> None:
     alice = users[0].name
     r = sandbox.run(["setup", "--job-id", "L1", "--user", alice], env=env(syslog))
     assert r.returncode == 0, r.stderr
     lines = syslog.parsed()
-    assert all(cmd == "setup" and job == "L1" and user == alice
-               for _, cmd, job, user, _ in lines), lines
+    assert all(
+        cmd == "setup" and job == "L1" and user == alice for _, cmd, job, user, _ in lines
+    ), lines
     said = [msg for _, _, _, _, msg in lines]
-    assert said == ["state staging-in", "state staged-in", "state pre-run", "state running",
-                    "done"], said
+    assert said == [
+        "state staging-in",
+        "state staged-in",
+        "state pre-run",
+        "state running",
+        "done",
+    ], said
     assert {p for p, *_ in lines} == {INFO}
     # The epilog is given only the job id (as Slurm's Epilog): the user comes from the record.
     r = sandbox.run(["teardown", "--job-id", "L1"], env=env(syslog))
     assert r.returncode == 0, r.stderr
     lines = syslog.parsed()
     said = [msg for _, _, _, _, msg in lines]
-    assert said == ["state post-run", "state staging-out", "state teardown", "state complete",
-                    "done"], said
-    assert all(cmd == "teardown" and job == "L1" and user == alice
-               for _, cmd, job, user, _ in lines), lines
+    assert said == [
+        "state post-run",
+        "state staging-out",
+        "state teardown",
+        "state complete",
+        "done",
+    ], said
+    assert all(
+        cmd == "teardown" and job == "L1" and user == alice for _, cmd, job, user, _ in lines
+    ), lines
 
 
-def test_failures_and_refusals_are_logged(sandbox: Sandbox, users: list[OsUser],
-                                          syslog: Listener) -> None:
+def test_failures_and_refusals_are_logged(
+    sandbox: Sandbox, users: list[OsUser], syslog: Listener
+) -> None:
     # A node-side failure: an unknown user (the prolog exits 125).
-    r = sandbox.run(["setup", "--job-id", "L2", "--user", "nosuchuser-jobns"],
-                    env=env(syslog))
+    r = sandbox.run(["setup", "--job-id", "L2", "--user", "nosuchuser-jobns"], env=env(syslog))
     assert r.returncode == 125
     lines = syslog.parsed()
     assert len(lines) == 1, lines
@@ -98,8 +114,10 @@ def test_failures_and_refusals_are_logged(sandbox: Sandbox, users: list[OsUser],
     assert (prio, cmd, job, user) == (ERR, "setup", "L2", "nosuchuser-jobns")
     assert msg.startswith("failed (exit 125): ") and "nosuchuser-jobns" in msg
     # A user-caused refusal: the prolog exits 0, the reason is logged as a warning.
-    r = sandbox.run(["setup", "--job-id", "L3", "--user", users[0].name, "--directives",
-                     "shm capacity=2gib"], env=env(syslog))
+    r = sandbox.run(
+        ["setup", "--job-id", "L3", "--user", users[0].name, "--directives", "shm capacity=2gib"],
+        env=env(syslog),
+    )
     assert r.returncode == 0 and "refused" in r.stderr, r.stderr
     lines = syslog.parsed()
     warnings = [x for x in lines if x[0] == WARNING]
@@ -108,21 +126,25 @@ def test_failures_and_refusals_are_logged(sandbox: Sandbox, users: list[OsUser],
     assert lines[-1][4] == "done"
     assert sandbox.run(["teardown", "--job-id", "L3"]).returncode == 0
     # A directive jobns does not know is warned about (and ignored, as Slurm does).
-    r = sandbox.run(["setup", "--job-id", "L7", "--user", users[0].name, "--directives",
-                     "frobnicate x=1"], env=env(syslog))
+    r = sandbox.run(
+        ["setup", "--job-id", "L7", "--user", users[0].name, "--directives", "frobnicate x=1"],
+        env=env(syslog),
+    )
     assert r.returncode == 0, r.stderr
     warnings = [x for x in syslog.parsed() if x[0] == WARNING]
     assert len(warnings) == 1 and "frobnicate" in warnings[0][4], warnings
     assert warnings[0][1:4] == ("setup", "L7", users[0].name)
     assert sandbox.run(["teardown", "--job-id", "L7"]).returncode == 0
     # A dry run changes nothing and logs nothing.
-    r = sandbox.run(["setup", "--job-id", "L4", "--user", users[0].name, "--dry-run"],
-                    env=env(syslog))
+    r = sandbox.run(
+        ["setup", "--job-id", "L4", "--user", users[0].name, "--dry-run"], env=env(syslog)
+    )
     assert r.returncode == 0 and syslog.lines() == []
 
 
-def test_gc_and_recover_log_what_they_do(sandbox: Sandbox, users: list[OsUser],
-                                         syslog: Listener) -> None:
+def test_gc_and_recover_log_what_they_do(
+    sandbox: Sandbox, users: list[OsUser], syslog: Listener
+) -> None:
     alice = users[0].name
     assert sandbox.run(["setup", "--job-id", "L5", "--user", alice]).returncode == 0
     r = sandbox.run(["recover"], env=env(syslog))
@@ -141,8 +163,10 @@ def test_gc_and_recover_log_what_they_do(sandbox: Sandbox, users: list[OsUser],
     r = sandbox.run(["gc", "--no-slurm"], env=env(syslog))
     assert r.returncode == 0, r.stdout + r.stderr
     lines = syslog.parsed()
-    assert any(cmd == "gc" and str(left) in msg and msg.startswith("removing")
-               for _, cmd, _, _, msg in lines), lines
+    assert any(
+        cmd == "gc" and str(left) in msg and msg.startswith("removing")
+        for _, cmd, _, _, msg in lines
+    ), lines
     assert not left.exists()
     assert sandbox.run(["teardown", "--job-id", "L5"]).returncode == 0
 
@@ -188,9 +212,25 @@ def test_the_c_librarys_syslog_reaches_dev_log(sandbox: Sandbox, users: list[OsU
     require(shutil.which("unshare") is not None, "unshare (util-linux) is missing")
     script = sandbox.root / "devlog.sh"
     script.write_text(DEV_LOG.format(root=sandbox.root, python="/opt/jobns/venv/bin/python"))
-    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", str(script),
-                        LISTEN, JOBNS, users[0].name, str(sandbox.config)],
-                       capture_output=True, text=True, timeout=120, cwd="/", check=False)
+    r = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            str(script),
+            LISTEN,
+            JOBNS,
+            users[0].name,
+            str(sandbox.config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln]
     parsed = [LINE.match(ln) for ln in lines]
@@ -208,11 +248,18 @@ def test_without_the_hook_lines_go_to_the_c_librarys_syslog() -> None:
     /dev/log is no error: logging never fails a prolog)."""
     import subprocess
 
-    code = ("import os, syslog; calls = []; syslog.syslog = lambda *a: calls.append(a); "
-            "os.environ.pop('JOBNS_TEST_SYSLOG_SOCKET', None); from launcher import log; "
-            "log.begin('setup', '7', 'alice'); log.log('state running'); "
-            "assert calls == [(syslog.LOG_INFO, 'setup job=7 user=alice: state running')], "
-            "calls")
-    r = subprocess.run(["/opt/jobns/venv/bin/python", "-I", "-c", code], capture_output=True,
-                       text=True, check=False, cwd="/")
+    code = (
+        "import os, syslog; calls = []; syslog.syslog = lambda *a: calls.append(a); "
+        "os.environ.pop('JOBNS_TEST_SYSLOG_SOCKET', None); from launcher import log; "
+        "log.begin('setup', '7', 'alice'); log.log('state running'); "
+        "assert calls == [(syslog.LOG_INFO, 'setup job=7 user=alice: state running')], "
+        "calls"
+    )
+    r = subprocess.run(
+        ["/opt/jobns/venv/bin/python", "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+    )
     assert r.returncode == 0, r.stderr

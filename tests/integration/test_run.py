@@ -39,11 +39,16 @@ def alive(pid: int) -> bool:
 def test_local_layout_binds_and_cleans_up(sandbox: Sandbox) -> None:
     mounts_before = job_mounts(sandbox)
     ready, gate = sandbox.root / "ready", sandbox.root / "gate"
-    script = ("echo data > /tmp/f; echo v > /var/tmp/g; echo s > /dev/shm/h; "
-              f"touch {ready}; while [ ! -e {gate} ]; do sleep 0.05; done; "
-              "cat /proc/self/mountinfo")
-    p = sandbox.popen(["run", "--job-id", "L1", "--", "sh", "-c", script],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    script = (
+        "echo data > /tmp/f; echo v > /var/tmp/g; echo s > /dev/shm/h; "
+        f"touch {ready}; while [ ! -e {gate} ]; do sleep 0.05; done; "
+        "cat /proc/self/mountinfo"
+    )
+    p = sandbox.popen(
+        ["run", "--job-id", "L1", "--", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     wait_for(ready)
     # Seen from the host while the job runs: the files are where seed 000's table says.
     assert (sandbox.local / "job-L1/tmp/f").read_text() == "data\n"
@@ -63,11 +68,18 @@ def test_two_concurrent_jobs_are_isolated(sandbox: Sandbox) -> None:
     gate = sandbox.root / "gate"
     procs = []
     for jid in ("A", "B"):
-        script = (f"echo {jid} > /tmp/mine; echo {jid} > /dev/shm/mine; "
-                  f"touch {sandbox.root}/{jid}.ready; while [ ! -e {gate} ]; do sleep 0.05; done; "
-                  "cat /tmp/mine /dev/shm/mine; ls /tmp")
-        procs.append(sandbox.popen(["run", "--job-id", jid, "--", "sh", "-c", script],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        script = (
+            f"echo {jid} > /tmp/mine; echo {jid} > /dev/shm/mine; "
+            f"touch {sandbox.root}/{jid}.ready; while [ ! -e {gate} ]; do sleep 0.05; done; "
+            "cat /tmp/mine /dev/shm/mine; ls /tmp"
+        )
+        procs.append(
+            sandbox.popen(
+                ["run", "--job-id", jid, "--", "sh", "-c", script],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     for jid in ("A", "B"):
         wait_for(sandbox.root / f"{jid}.ready")
     # Both run now: each job's /tmp holds only its own file.
@@ -93,20 +105,45 @@ def test_host_tmp_is_hidden(sandbox: Sandbox) -> None:
 
 
 def test_shared_layout(sandbox: Sandbox) -> None:
-    r = sandbox.run(["run", "--job-id", "S1", "--use-shared-tmpdir", "--", "sh", "-c",
-                     f"touch /tmp/x /var/tmp/y; ls {sandbox.shared}/job-S1/tmp "
-                     f"{sandbox.shared}/job-S1/var_tmp; ls -d {sandbox.local}/job-S1 || true"])
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "S1",
+            "--use-shared-tmpdir",
+            "--",
+            "sh",
+            "-c",
+            f"touch /tmp/x /var/tmp/y; ls {sandbox.shared}/job-S1/tmp "
+            f"{sandbox.shared}/job-S1/var_tmp; ls -d {sandbox.local}/job-S1 || true",
+        ]
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[:4] == [f"{sandbox.shared}/job-S1/tmp:", "pmix", "x",
-                                    f"{sandbox.shared}/job-S1/var_tmp:"]
+    assert r.stdout.split()[:4] == [
+        f"{sandbox.shared}/job-S1/tmp:",
+        "pmix",
+        "x",
+        f"{sandbox.shared}/job-S1/var_tmp:",
+    ]
     assert "No such file" in r.stderr  # the shared layout makes no local job directory
     assert sandbox.leftovers() == []
 
 
 def test_per_node_layout_and_no_rm(sandbox: Sandbox) -> None:
     host = socket.gethostname().split(".")[0]
-    r = sandbox.run(["run", "--job-id", "P1", "--use-shared-tmpdir=per-node", "--no-rm-tmpdir",
-                     "--", "sh", "-c", "echo keep > /tmp/result; touch /dev/shm/seg"])
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "P1",
+            "--use-shared-tmpdir=per-node",
+            "--no-rm-tmpdir",
+            "--",
+            "sh",
+            "-c",
+            "echo keep > /tmp/result; touch /dev/shm/seg",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     kept = sandbox.shared / "job-P1" / host / "tmp" / "result"
     assert kept.read_text() == "keep\n"
@@ -131,8 +168,17 @@ def test_shared_without_shared_base_is_refused(sandbox: Sandbox) -> None:
 
 
 def test_tasks_of_one_job_share_and_last_one_removes(sandbox: Sandbox) -> None:
-    first = sandbox.popen(["run", "--job-id", "J", "--", "sh", "-c",
-                           f"touch /tmp/one; touch {sandbox.root}/one.ready; sleep 1.5"])
+    first = sandbox.popen(
+        [
+            "run",
+            "--job-id",
+            "J",
+            "--",
+            "sh",
+            "-c",
+            f"touch /tmp/one; touch {sandbox.root}/one.ready; sleep 1.5",
+        ]
+    )
     wait_for(sandbox.root / "one.ready")
     r = sandbox.run(["run", "--job-id", "J", "--", "ls", "/tmp"])
     assert r.returncode == 0, r.stderr
@@ -155,15 +201,26 @@ def test_host_mounts_propagate_in_and_job_mounts_do_not_leak(sandbox: Sandbox) -
         (shared_mnt / "later").mkdir()
         leak = sandbox.root / "leak"
         leak.mkdir()
-        p = sandbox.popen(["run", "--job-id", "M", "--", "sh", "-c",
-                           f"mount -t tmpfs jobinner {leak}; touch {sandbox.root}/m.ready; "
-                           f"while [ ! -e {shared_mnt}/later/seen ]; do sleep 0.05; done; "
-                           f"echo visible"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = sandbox.popen(
+            [
+                "run",
+                "--job-id",
+                "M",
+                "--",
+                "sh",
+                "-c",
+                f"mount -t tmpfs jobinner {leak}; touch {sandbox.root}/m.ready; "
+                f"while [ ! -e {shared_mnt}/later/seen ]; do sleep 0.05; done; "
+                f"echo visible",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         wait_for(sandbox.root / "m.ready")
         # An "autofs/NFS" mount made on the host while the job runs appears inside it.
-        subprocess.run(["mount", "-t", "tmpfs", "jobns-test-later", str(shared_mnt / "later")],
-                       check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "jobns-test-later", str(shared_mnt / "later")], check=True
+        )
         (shared_mnt / "later" / "seen").touch()
         out, err = p.communicate(timeout=30)
         assert p.returncode == 0, err
@@ -178,20 +235,36 @@ def test_host_mounts_propagate_in_and_job_mounts_do_not_leak(sandbox: Sandbox) -
 
 def test_root_runs_task_as_job_user(sandbox: Sandbox, users: list[OsUser]) -> None:
     alice = users[0]
-    r = sandbox.run(["run", "--job-id", "U1", "--user", alice.name, "--", "sh", "-c",
-                     f"id -u; id -g; touch /tmp/f; stat -c '%u %a' /tmp /tmp/f /dev/shm "
-                     f"{sandbox.local}/job-U1"])
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "U1",
+            "--user",
+            alice.name,
+            "--",
+            "sh",
+            "-c",
+            f"id -u; id -g; touch /tmp/f; stat -c '%u %a' /tmp /tmp/f /dev/shm "
+            f"{sandbox.local}/job-U1",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split("\n")
     assert lines[0] == str(alice.uid) and lines[1] == str(alice.gid)
-    assert lines[2:6] == [f"{alice.uid} 1777", f"{alice.uid} 644", f"{alice.uid} 700",
-                          f"{alice.uid} 700"]
+    assert lines[2:6] == [
+        f"{alice.uid} 1777",
+        f"{alice.uid} 644",
+        f"{alice.uid} 700",
+        f"{alice.uid} 700",
+    ]
 
 
 def test_slurm_job_user_variable_selects_user(sandbox: Sandbox, users: list[OsUser]) -> None:
     bob = users[1]
-    r = sandbox.run(["run", "--", "id", "-un"],
-                    env={"SLURM_JOB_ID": "77", "SLURM_JOB_USER": bob.name})
+    r = sandbox.run(
+        ["run", "--", "id", "-un"], env={"SLURM_JOB_ID": "77", "SLURM_JOB_USER": bob.name}
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == bob.name
 
@@ -208,10 +281,19 @@ def test_supplementary_groups_are_the_users(sandbox: Sandbox, users: list[OsUser
 def test_unprivileged_mode_as_ordinary_user(sandbox: Sandbox, users: list[OsUser]) -> None:
     alice = users[0]
     mounts_before = job_mounts(sandbox)
-    r = sandbox.run(["run", "--job-id", "N1", "--", "sh", "-c",
-                     "id -u; cat /proc/self/uid_map; touch /tmp/a /var/tmp/b /dev/shm/c; "
-                     f"stat -c '%u' {sandbox.local}/job-N1/tmp/a /dev/shm/c"],
-                    user=alice)
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "N1",
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat /proc/self/uid_map; touch /tmp/a /var/tmp/b /dev/shm/c; "
+            f"stat -c '%u' {sandbox.local}/job-N1/tmp/a /dev/shm/c",
+        ],
+        user=alice,
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout.split("\n")
     assert out[0] == str(alice.uid)
@@ -221,8 +303,7 @@ def test_unprivileged_mode_as_ordinary_user(sandbox: Sandbox, users: list[OsUser
     assert job_mounts(sandbox) == mounts_before
 
 
-def test_ordinary_user_cannot_run_for_someone_else(sandbox: Sandbox,
-                                                   users: list[OsUser]) -> None:
+def test_ordinary_user_cannot_run_for_someone_else(sandbox: Sandbox, users: list[OsUser]) -> None:
     alice, bob = users
     r = sandbox.run(["run", "--job-id", "X1", "--user", bob.name, "--", "true"], user=alice)
     assert r.returncode == 125
@@ -230,19 +311,20 @@ def test_ordinary_user_cannot_run_for_someone_else(sandbox: Sandbox,
     assert sandbox.leftovers() == []
 
 
-def test_refused_user_namespace_is_one_clear_line(sandbox: Sandbox,
-                                                   users: list[OsUser]) -> None:
+def test_refused_user_namespace_is_one_clear_line(sandbox: Sandbox, users: list[OsUser]) -> None:
     # The kernel refuses CLONE_NEWUSER to a chrooted process (EPERM), exactly as it does
     # when the sysctl disables it; the sysctl itself is not writable on these VMs
     # (no CAP_SYS_RESOURCE), so a chroot onto a bind of / produces the real refusal.
     alice = users[0]
     jail = sandbox.root / "jail"
     jail.mkdir()
-    script = (f"mount --rbind / {jail} && cd / && exec chroot --userspec={alice.name}:"
-              f"{alice.name} {jail} " + " ".join(sandbox.cmd(["run", "--job-id", "NS0", "--",
-                                                              "true"])))
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                       timeout=60)
+    script = (
+        f"mount --rbind / {jail} && cd / && exec chroot --userspec={alice.name}:"
+        f"{alice.name} {jail} " + " ".join(sandbox.cmd(["run", "--job-id", "NS0", "--", "true"]))
+    )
+    r = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 125
     assert "user.max_user_namespaces" in r.stderr and r.stderr.count("\n") == 1
     assert sandbox.leftovers() == []
@@ -252,12 +334,21 @@ def test_refused_user_namespace_is_one_clear_line(sandbox: Sandbox,
 
 
 def test_environment_tmpdir_pmix_arc(sandbox: Sandbox, users: list[OsUser]) -> None:
-    sandbox.write_config('[arc]\nshared_filesystem = true\nscratchdir = "/mnt/scratch/arc"\n'
-                         'movetool = "rsync -av"\nshared_scratch = "/net/wn/scratch"\n')
-    r = sandbox.run(["run", "--", "sh", "-c",
-                     "env; stat -c '%n %u %a' $PMIX_SERVER_TMPDIR $PMIX_NSDIR $PMIX_PROCDIR"],
-                    user=users[0], env={"SLURM_JOB_ID": "88", "SLURM_STEP_ID": "3",
-                                        "SLURM_PROCID": "5"})
+    sandbox.write_config(
+        '[arc]\nshared_filesystem = true\nscratchdir = "/mnt/scratch/arc"\n'
+        'movetool = "rsync -av"\nshared_scratch = "/net/wn/scratch"\n'
+    )
+    r = sandbox.run(
+        [
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "env; stat -c '%n %u %a' $PMIX_SERVER_TMPDIR $PMIX_NSDIR $PMIX_PROCDIR",
+        ],
+        user=users[0],
+        env={"SLURM_JOB_ID": "88", "SLURM_STEP_ID": "3", "SLURM_PROCID": "5"},
+    )
     assert r.returncode == 0, r.stderr
     env = dict(ln.split("=", 1) for ln in r.stdout.splitlines() if "=" in ln)
     assert env["TMPDIR"] == "/tmp"
@@ -271,9 +362,11 @@ def test_environment_tmpdir_pmix_arc(sandbox: Sandbox, users: list[OsUser]) -> N
     assert env["RUNTIME_LOCAL_SCRATCH_MOVE_TOOL"] == "rsync -av"
     assert env["RUNTIME_FRONTEND_SEES_NODE"] == "/net/wn/scratch"
     stats = [ln for ln in r.stdout.splitlines() if ln.startswith("/tmp/pmix")]
-    assert stats == [f"/tmp/pmix {users[0].uid} 700",
-                     f"/tmp/pmix/slurm.pmix.88.3 {users[0].uid} 700",
-                     f"/tmp/pmix/slurm.pmix.88.3/5 {users[0].uid} 700"]
+    assert stats == [
+        f"/tmp/pmix {users[0].uid} 700",
+        f"/tmp/pmix/slurm.pmix.88.3 {users[0].uid} 700",
+        f"/tmp/pmix/slurm.pmix.88.3/5 {users[0].uid} 700",
+    ]
 
 
 def test_no_arc_section_sets_no_runtime_variables(sandbox: Sandbox) -> None:
@@ -297,15 +390,18 @@ def test_cwd_under_host_tmp_is_reresolved_with_a_warning(sandbox: Sandbox) -> No
 # --- exit codes -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("cmd", "code"), [
-    (["true"], 0),
-    (["sh", "-c", "exit 3"], 3),
-    (["sh", "-c", "kill -9 $$"], 128 + 9),
-    (["sh", "-c", "kill -TERM $$"], 128 + 15),
-    (["/nonexistent/prog"], 127),
-    (["no-such-command-jobns"], 127),
-    (["/etc/passwd"], 126),
-])
+@pytest.mark.parametrize(
+    ("cmd", "code"),
+    [
+        (["true"], 0),
+        (["sh", "-c", "exit 3"], 3),
+        (["sh", "-c", "kill -9 $$"], 128 + 9),
+        (["sh", "-c", "kill -TERM $$"], 128 + 15),
+        (["/nonexistent/prog"], 127),
+        (["no-such-command-jobns"], 127),
+        (["/etc/passwd"], 126),
+    ],
+)
 def test_exit_codes(sandbox: Sandbox, cmd: list[str], code: int) -> None:
     r = sandbox.run(["run", "--job-id", "X", "--", *cmd])
     assert r.returncode == code, r.stderr
@@ -333,8 +429,10 @@ def test_program_under_host_tmp_is_explained(sandbox: Sandbox) -> None:
 def test_signals_are_forwarded(sandbox: Sandbox, sig: signal.Signals) -> None:
     log = sandbox.root / "sig.log"
     ready = sandbox.root / "ready"
-    script = (f"trap 'echo got >> {log}; exit 7' {sig.name[3:]}; touch {ready}; "
-              "while :; do sleep 0.05; done")
+    script = (
+        f"trap 'echo got >> {log}; exit 7' {sig.name[3:]}; touch {ready}; "
+        "while :; do sleep 0.05; done"
+    )
     p = sandbox.popen(["run", "--job-id", "F", "--", "sh", "-c", script])
     wait_for(ready)
     p.send_signal(sig)
@@ -344,8 +442,17 @@ def test_signals_are_forwarded(sandbox: Sandbox, sig: signal.Signals) -> None:
 
 def test_sigcont_reaches_a_stopped_task(sandbox: Sandbox) -> None:
     ready = sandbox.root / "ready"
-    p = sandbox.popen(["run", "--job-id", "K", "--", "sh", "-c",
-                       f"touch {ready}; kill -STOP $$; echo resumed > {sandbox.root}/out"])
+    p = sandbox.popen(
+        [
+            "run",
+            "--job-id",
+            "K",
+            "--",
+            "sh",
+            "-c",
+            f"touch {ready}; kill -STOP $$; echo resumed > {sandbox.root}/out",
+        ]
+    )
     wait_for(ready)
     time.sleep(0.3)
     p.send_signal(signal.SIGCONT)
@@ -360,9 +467,10 @@ def test_sigterm_escalates_to_sigkill_for_whole_tree(sandbox: Sandbox) -> None:
         "trap '' TERM; "
         # setsid + a background subshell: a grandchild in its own session, re-parented
         # to jobns (subreaper) once its parent exits.
-        f"setsid sh -c 'trap \"\" TERM; (trap \"\" TERM; echo $$ >> {pids}; "
+        f'setsid sh -c \'trap "" TERM; (trap "" TERM; echo $$ >> {pids}; '
         f"exec sleep 300) & ' ; "
-        f"echo $$ >> {pids}; while :; do sleep 0.1; done")
+        f"echo $$ >> {pids}; while :; do sleep 0.1; done"
+    )
     p = sandbox.popen(["run", "--job-id", "ESC", "--kill-wait", "1", "--", "sh", "-c", script])
     deadline = time.monotonic() + 20
     while not pids.exists() or len(pids.read_text().split()) < 2:
@@ -382,8 +490,19 @@ def test_sigterm_escalates_to_sigkill_for_whole_tree(sandbox: Sandbox) -> None:
 
 def test_second_sigterm_kills_at_once(sandbox: Sandbox) -> None:
     ready = sandbox.root / "ready"
-    p = sandbox.popen(["run", "--job-id", "T2", "--kill-wait", "60", "--", "sh", "-c",
-                       f"trap '' TERM; touch {ready}; while :; do sleep 0.1; done"])
+    p = sandbox.popen(
+        [
+            "run",
+            "--job-id",
+            "T2",
+            "--kill-wait",
+            "60",
+            "--",
+            "sh",
+            "-c",
+            f"trap '' TERM; touch {ready}; while :; do sleep 0.1; done",
+        ]
+    )
     wait_for(ready)
     p.send_signal(signal.SIGTERM)
     time.sleep(0.3)
@@ -393,8 +512,17 @@ def test_second_sigterm_kills_at_once(sandbox: Sandbox) -> None:
 
 def test_leftover_daemon_is_terminated_when_command_exits(sandbox: Sandbox) -> None:
     pidfile = sandbox.root / "daemon.pid"
-    r = sandbox.run(["run", "--job-id", "D", "--", "sh", "-c",
-                     f"setsid sleep 300 & echo $! > {pidfile}; exit 0"])
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "D",
+            "--",
+            "sh",
+            "-c",
+            f"setsid sleep 300 & echo $! > {pidfile}; exit 0",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert not alive(int(pidfile.read_text()))
     assert sandbox.leftovers() == []
@@ -402,8 +530,9 @@ def test_leftover_daemon_is_terminated_when_command_exits(sandbox: Sandbox) -> N
 
 def test_task_dies_with_jobns(sandbox: Sandbox) -> None:
     pidfile = sandbox.root / "task.pid"
-    p = sandbox.popen(["run", "--job-id", "PD", "--", "sh", "-c",
-                       f"echo $$ > {pidfile}; exec sleep 300"])
+    p = sandbox.popen(
+        ["run", "--job-id", "PD", "--", "sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"]
+    )
     wait_for(pidfile)
     while not pidfile.read_text().strip():
         time.sleep(0.02)
@@ -440,8 +569,17 @@ def test_teardown_copes_with_hostile_leftovers(sandbox: Sandbox, users: list[OsU
 
 
 def test_removal_of_many_files(sandbox: Sandbox) -> None:
-    r = sandbox.run(["run", "--job-id", "MANY", "--", "sh", "-c",
-                     "mkdir /tmp/m && cd /tmp/m && seq 1 5000 | xargs touch"])
+    r = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "MANY",
+            "--",
+            "sh",
+            "-c",
+            "mkdir /tmp/m && cd /tmp/m && seq 1 5000 | xargs touch",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert sandbox.leftovers() == []
 
@@ -449,19 +587,22 @@ def test_removal_of_many_files(sandbox: Sandbox) -> None:
 # --- bad input: one line, exit 125, nothing created, chowned or removed ----------------
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--job-id", "../etc", "--", "true"], "job id"),
-    (["--job-id", "", "--", "true"], "job id"),
-    (["--job-id", "a/b", "--", "true"], "job id"),
-    (["--job-id", "x" * 129, "--", "true"], "longer than"),
-    (["--job-id", "ok"], "no command"),
-    (["--job-id", "ok", "--user", "no-such-user-jobns", "--", "true"], "no such user"),
-    (["--job-id", "ok", "--kill-wait", "soon", "--", "true"], "--kill-wait"),
-    (["--job-id", "ok", "--net", "bridge", "--", "true"], "--net"),
-    (["--job-id", "ok", "--use-shared-tmpdir=sideways", "--", "true"], "per-node"),
-    (["--job-id", "ok", "--bogus", "--", "true"], "unknown option"),
-    (["--", "true"], "no job id"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--job-id", "../etc", "--", "true"], "job id"),
+        (["--job-id", "", "--", "true"], "job id"),
+        (["--job-id", "a/b", "--", "true"], "job id"),
+        (["--job-id", "x" * 129, "--", "true"], "longer than"),
+        (["--job-id", "ok"], "no command"),
+        (["--job-id", "ok", "--user", "no-such-user-jobns", "--", "true"], "no such user"),
+        (["--job-id", "ok", "--kill-wait", "soon", "--", "true"], "--kill-wait"),
+        (["--job-id", "ok", "--net", "bridge", "--", "true"], "--net"),
+        (["--job-id", "ok", "--use-shared-tmpdir=sideways", "--", "true"], "per-node"),
+        (["--job-id", "ok", "--bogus", "--", "true"], "unknown option"),
+        (["--", "true"], "no job id"),
+    ],
+)
 def test_bad_input(sandbox: Sandbox, args: list[str], needle: str) -> None:
     r = sandbox.run(["run", *args])
     assert r.returncode == 125
@@ -471,13 +612,18 @@ def test_bad_input(sandbox: Sandbox, args: list[str], needle: str) -> None:
 
 
 def test_missing_config_file_is_refused(sandbox: Sandbox) -> None:
-    r = sandbox.run(["run", "--job-id", "c", "--", "true"],
-                    env={"JOBNS_CONFIG": "/nonexistent/jobns.toml"})
+    r = sandbox.run(
+        ["run", "--job-id", "c", "--", "true"], env={"JOBNS_CONFIG": "/nonexistent/jobns.toml"}
+    )
     # --config (from the sandbox) wins over JOBNS_CONFIG: this run is fine.
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(["/opt/jobns/venv/bin/jobns", "run", "--job-id", "c", "--", "true"],
-                       env={"JOBNS_CONFIG": "/nonexistent/jobns.toml", "PATH": "/usr/bin:/bin"},
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["/opt/jobns/venv/bin/jobns", "run", "--job-id", "c", "--", "true"],
+        env={"JOBNS_CONFIG": "/nonexistent/jobns.toml", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 125
     assert "/nonexistent/jobns.toml" in r.stderr and r.stderr.count("\n") == 1
 
@@ -501,8 +647,9 @@ def test_unwritable_base_is_refused(sandbox: Sandbox, users: list[OsUser]) -> No
     assert sandbox.leftovers() == []
 
 
-def test_planted_symlink_is_refused_and_target_untouched(sandbox: Sandbox,
-                                                         users: list[OsUser]) -> None:
+def test_planted_symlink_is_refused_and_target_untouched(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     target = sandbox.root / "etc-like"
     target.mkdir(mode=0o755)
     (target / "passwd").write_text("root:x:0:0")
@@ -533,8 +680,7 @@ def test_someone_elses_directory_is_refused(sandbox: Sandbox, users: list[OsUser
 
 
 def test_dry_run_touches_nothing(sandbox: Sandbox, users: list[OsUser]) -> None:
-    r = sandbox.run(["run", "--job-id", "DRY", "--user", users[0].name, "--dry-run", "--",
-                     "true"])
+    r = sandbox.run(["run", "--job-id", "DRY", "--user", users[0].name, "--dry-run", "--", "true"])
     assert r.returncode == 0, r.stderr
     assert f"mkdir  {sandbox.local}/job-DRY  mode 0700" in r.stdout
     assert f"bind   {sandbox.local}/job-DRY/tmp -> /tmp" in r.stdout
@@ -544,11 +690,25 @@ def test_dry_run_touches_nothing(sandbox: Sandbox, users: list[OsUser]) -> None:
 
 def test_net_none_has_only_loopback_up(sandbox: Sandbox, users: list[OsUser]) -> None:
     # Connecting to 127.0.0.1 works only when lo is up in the job's network namespace.
-    probe = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-             "socket.create_connection(s.getsockname(), timeout=5); print('lo-up')")
+    probe = (
+        "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+        "socket.create_connection(s.getsockname(), timeout=5); print('lo-up')"
+    )
     for user in (None, users[0]):
-        r = sandbox.run(["run", "--job-id", "NET", "--net", "none", "--", "sh", "-c",
-                         f"cat /proc/net/dev; python3 -c \"{probe}\""], user=user)
+        r = sandbox.run(
+            [
+                "run",
+                "--job-id",
+                "NET",
+                "--net",
+                "none",
+                "--",
+                "sh",
+                "-c",
+                f'cat /proc/net/dev; python3 -c "{probe}"',
+            ],
+            user=user,
+        )
         assert r.returncode == 0, r.stderr
         ifaces = [ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:] if ":" in ln]
         assert ifaces == ["lo"]

@@ -40,12 +40,31 @@ def test_steps_share_the_job_namespace(sandbox: Sandbox, users: list[OsUser]) ->
     alice = users[0]
     setup(sandbox, "100", "--user", alice.name)
     # Two "steps" as the job user (how slurmstepd runs tasks) and one as root.
-    r1 = sandbox.run(["run", "--job-id", "100", "--", "sh", "-c",
-                      "echo step1 > /tmp/a; echo shm > /dev/shm/b; readlink /proc/self/ns/mnt"],
-                     user=alice)
+    r1 = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "100",
+            "--",
+            "sh",
+            "-c",
+            "echo step1 > /tmp/a; echo shm > /dev/shm/b; readlink /proc/self/ns/mnt",
+        ],
+        user=alice,
+    )
     assert r1.returncode == 0, r1.stderr
-    r2 = sandbox.run(["run", "--job-id", "100", "--", "sh", "-c",
-                      "cat /tmp/a /dev/shm/b; readlink /proc/self/ns/mnt; id -u"], user=alice)
+    r2 = sandbox.run(
+        [
+            "run",
+            "--job-id",
+            "100",
+            "--",
+            "sh",
+            "-c",
+            "cat /tmp/a /dev/shm/b; readlink /proc/self/ns/mnt; id -u",
+        ],
+        user=alice,
+    )
     assert r2.returncode == 0, r2.stderr
     assert r2.stdout.split()[:2] == ["step1", "shm"]
     assert r2.stdout.split()[2] == r1.stdout.split()[0]  # the very same mount namespace
@@ -62,8 +81,10 @@ def test_concurrent_job_does_not_see_it(sandbox: Sandbox, users: list[OsUser]) -
     alice, bob = users
     setup(sandbox, "201", "--user", alice.name)
     setup(sandbox, "202", "--user", bob.name)
-    assert sandbox.run(["run", "--job-id", "201", "--", "touch", "/tmp/secret"],
-                       user=alice).returncode == 0
+    assert (
+        sandbox.run(["run", "--job-id", "201", "--", "touch", "/tmp/secret"], user=alice).returncode
+        == 0
+    )
     r = sandbox.run(["run", "--job-id", "202", "--", "ls", "-A", "/tmp"], user=bob)
     assert r.returncode == 0 and r.stdout.split() == ["pmix"], r.stdout
     # Bob cannot join Alice's job, even knowing its id.
@@ -74,20 +95,28 @@ def test_concurrent_job_does_not_see_it(sandbox: Sandbox, users: list[OsUser]) -
     assert_clean(sandbox)
 
 
-def test_64_concurrent_tasks_land_in_one_namespace(sandbox: Sandbox,
-                                                   users: list[OsUser]) -> None:
+def test_64_concurrent_tasks_land_in_one_namespace(sandbox: Sandbox, users: list[OsUser]) -> None:
     alice = users[0]
     setup(sandbox, "300", "--user", alice.name)
     n = 64
     # Each task waits (bounded) until all 64 files exist: proof they share /tmp and /dev/shm.
-    script = (f"touch /tmp/task-$SLURM_PROCID /dev/shm/seg-$SLURM_PROCID; i=0; "
-              f"while [ $(ls /tmp | grep -c task-) -lt {n} ] || "
-              f"[ $(ls /dev/shm | grep -c seg-) -lt {n} ]; do "
-              "i=$((i+1)); [ $i -gt 1200 ] && exit 9; sleep 0.05; done; "
-              "readlink /proc/self/ns/mnt")
-    procs = [sandbox.popen(["run", "--job-id", "300", "--", "sh", "-c", script], user=alice,
-                           env={"SLURM_PROCID": str(i), "SLURM_STEP_ID": "0"},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(n)]
+    script = (
+        f"touch /tmp/task-$SLURM_PROCID /dev/shm/seg-$SLURM_PROCID; i=0; "
+        f"while [ $(ls /tmp | grep -c task-) -lt {n} ] || "
+        f"[ $(ls /dev/shm | grep -c seg-) -lt {n} ]; do "
+        "i=$((i+1)); [ $i -gt 1200 ] && exit 9; sleep 0.05; done; "
+        "readlink /proc/self/ns/mnt"
+    )
+    procs = [
+        sandbox.popen(
+            ["run", "--job-id", "300", "--", "sh", "-c", script],
+            user=alice,
+            env={"SLURM_PROCID": str(i), "SLURM_STEP_ID": "0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(n)
+    ]
     try:
         outs = [p.communicate(timeout=180) for p in procs]
     finally:
@@ -101,12 +130,12 @@ def test_64_concurrent_tasks_land_in_one_namespace(sandbox: Sandbox,
     assert_clean(sandbox)
 
 
-def test_setup_is_idempotent_and_refuses_other_options(sandbox: Sandbox,
-                                                       users: list[OsUser]) -> None:
+def test_setup_is_idempotent_and_refuses_other_options(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     setup(sandbox, "400", "--user", users[0].name)
     setup(sandbox, "400", "--user", users[0].name)
-    r = sandbox.run(["setup", "--job-id", "400", "--user", users[0].name,
-                     "--use-shared-tmpdir"])
+    r = sandbox.run(["setup", "--job-id", "400", "--user", users[0].name, "--use-shared-tmpdir"])
     assert r.returncode == 125 and "already set up" in r.stderr
     teardown(sandbox, "400")
     teardown(sandbox, "400")  # twice is fine
@@ -114,16 +143,26 @@ def test_setup_is_idempotent_and_refuses_other_options(sandbox: Sandbox,
 
 
 def test_teardown_ends_a_task_ignoring_sigterm_and_its_setsid_child(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     alice = users[0]
     setup(sandbox, "500", "--user", alice.name, "--kill-wait", "1")
     pids = sandbox.root / "pids"
     pids.touch()
     pids.chmod(0o666)
-    p = sandbox.popen(["run", "--job-id", "500", "--", "sh", "-c",
-                       f"trap '' TERM; setsid sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
-                       f"exec sleep 300' & echo $$ >> {pids}; while :; do sleep 0.1; done"],
-                      user=alice)
+    p = sandbox.popen(
+        [
+            "run",
+            "--job-id",
+            "500",
+            "--",
+            "sh",
+            "-c",
+            f"trap '' TERM; setsid sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
+            f"exec sleep 300' & echo $$ >> {pids}; while :; do sleep 0.1; done",
+        ],
+        user=alice,
+    )
     deadline = time.monotonic() + 20
     while len(pids.read_text().split()) < 2:
         assert time.monotonic() < deadline
@@ -140,16 +179,21 @@ def test_shared_per_node_setup_and_no_rm(sandbox: Sandbox, users: list[OsUser]) 
     alice = users[0]
     host = os.uname().nodename.split(".")[0]
     setup(sandbox, "600", "--user", alice.name, "--use-shared-tmpdir=per-node", "--no-rm-tmpdir")
-    assert sandbox.run(["run", "--job-id", "600", "--", "sh", "-c", "echo out > /tmp/result"],
-                       user=alice).returncode == 0
+    assert (
+        sandbox.run(
+            ["run", "--job-id", "600", "--", "sh", "-c", "echo out > /tmp/result"], user=alice
+        ).returncode
+        == 0
+    )
     teardown(sandbox, "600")
     assert (sandbox.shared / "job-600" / host / "tmp" / "result").read_text() == "out\n"
     assert not (sandbox.shm / "job-600").exists()
     assert job_mounts(sandbox) == []
 
 
-def test_host_mount_made_after_setup_appears_in_joined_task(sandbox: Sandbox,
-                                                            users: list[OsUser]) -> None:
+def test_host_mount_made_after_setup_appears_in_joined_task(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     mnt = sandbox.root / "autofs"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "top", str(mnt)], check=True)
@@ -159,8 +203,7 @@ def test_host_mount_made_after_setup_appears_in_joined_task(sandbox: Sandbox,
         setup(sandbox, "700", "--user", users[0].name)
         subprocess.run(["mount", "-t", "tmpfs", "later", str(mnt / "later")], check=True)
         (mnt / "later" / "here").touch()
-        r = sandbox.run(["run", "--job-id", "700", "--", "ls", str(mnt / "later")],
-                        user=users[0])
+        r = sandbox.run(["run", "--job-id", "700", "--", "ls", str(mnt / "later")], user=users[0])
         assert r.returncode == 0 and r.stdout.split() == ["here"], r.stderr
         teardown(sandbox, "700")
     finally:
@@ -170,8 +213,7 @@ def test_host_mount_made_after_setup_appears_in_joined_task(sandbox: Sandbox,
 def test_state_is_not_visible_inside_the_job(sandbox: Sandbox, users: list[OsUser]) -> None:
     setup(sandbox, "710", "--user", users[0].name)
     setup(sandbox, "711", "--user", users[1].name)
-    r = sandbox.run(["run", "--job-id", "711", "--", "ls", "-A", str(sandbox.state)],
-                    user=users[1])
+    r = sandbox.run(["run", "--job-id", "711", "--", "ls", "-A", str(sandbox.state)], user=users[1])
     assert r.returncode == 0 and r.stdout == "", r.stdout  # no pins of job 710 in there
     teardown(sandbox, "710")
     teardown(sandbox, "711")
@@ -182,14 +224,18 @@ def test_env_and_status(sandbox: Sandbox, users: list[OsUser]) -> None:
     alice = users[0]
     sandbox.write_config('[arc]\nshared_filesystem = true\nscratchdir = "/scratch"\n')
     setup(sandbox, "800", "--user", alice.name)
-    assert sandbox.run(["run", "--job-id", "800", "--", "sh", "-c",
-                        "head -c 100000 /dev/zero > /tmp/blob"], user=alice).returncode == 0
-    r = sandbox.run(["env", "--job-id", "800"], env={"SLURM_STEP_ID": "1",
-                                                     "SLURM_PROCID": "2"})
+    assert (
+        sandbox.run(
+            ["run", "--job-id", "800", "--", "sh", "-c", "head -c 100000 /dev/zero > /tmp/blob"],
+            user=alice,
+        ).returncode
+        == 0
+    )
+    r = sandbox.run(["env", "--job-id", "800"], env={"SLURM_STEP_ID": "1", "SLURM_PROCID": "2"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert all(ln.startswith("export ") for ln in lines)
-    env = dict(ln[len("export "):].split("=", 1) for ln in lines)
+    env = dict(ln[len("export ") :].split("=", 1) for ln in lines)
     assert env["TMPDIR"] == "/tmp" and env["PMIX_PROCDIR"] == "/tmp/pmix/slurm.pmix.800.1/2"
     assert env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/scratch"
     r = sandbox.run(["env", "--job-id", "800", "--format", "json"])
@@ -221,8 +267,10 @@ def test_racing_setup_run_teardown_of_many_jobs(sandbox: Sandbox, users: list[Os
 
     def cycle(job: str) -> None:
         for _ in range(3):
-            for args in (["setup", "--job-id", job, "--user", alice.name],
-                         ["teardown", "--job-id", job]):
+            for args in (
+                ["setup", "--job-id", job, "--user", alice.name],
+                ["teardown", "--job-id", job],
+            ):
                 r = sandbox.run(args)
                 if r.returncode != 0:
                     failures.append(f"{args}: {r.stderr}")
@@ -252,8 +300,9 @@ def test_racing_setup_run_teardown_of_many_jobs(sandbox: Sandbox, users: list[Os
     assert_clean(sandbox)
 
 
-def test_gc_removes_interrupted_jobs_and_orphan_trees(sandbox: Sandbox,
-                                                      users: list[OsUser]) -> None:
+def test_gc_removes_interrupted_jobs_and_orphan_trees(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     alice = users[0]
     # 1. A job whose teardown was interrupted (its record says so).
     setup(sandbox, "900", "--user", alice.name)
@@ -268,8 +317,10 @@ def test_gc_removes_interrupted_jobs_and_orphan_trees(sandbox: Sandbox,
     (sandbox.root / "w").mkdir(mode=0o1777)
     (sandbox.root / "w").chmod(0o1777)
     pidfile = sandbox.root / "w" / "pid"
-    p = sandbox.popen(["run", "--job-id", "902", "--", "sh", "-c",
-                       f"echo $$ > {pidfile}; exec sleep 300"], user=alice)
+    p = sandbox.popen(
+        ["run", "--job-id", "902", "--", "sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"],
+        user=alice,
+    )
     wait_for(pidfile)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
@@ -289,8 +340,9 @@ def test_gc_removes_interrupted_jobs_and_orphan_trees(sandbox: Sandbox,
     assert_clean(sandbox)
 
 
-def test_a_squatter_is_moved_aside_and_keeps_everything(sandbox: Sandbox,
-                                                       users: list[OsUser]) -> None:
+def test_a_squatter_is_moved_aside_and_keeps_everything(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     squat = sandbox.shm / "job-950"
     squat.mkdir(mode=0o755)  # root's, not what jobns makes for alice
     (squat / "mine").write_text("kept")
@@ -306,7 +358,8 @@ def test_a_squatter_is_moved_aside_and_keeps_everything(sandbox: Sandbox,
 
 
 def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     setup(sandbox, "960", "--user", users[0].name)
     # An immutable file inside the job's tree (only root can set the flag: a node fault,
     # not the user's doing): teardown fails for real until the administrator clears it.
@@ -333,7 +386,8 @@ def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
 
 
 def test_run_of_a_job_set_up_for_someone_else_fails_cleanly(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     setup(sandbox, "970", "--user", users[0].name)
     r = sandbox.run(["run", "--job-id", "970", "--user", users[1].name, "--", "true"])
     assert r.returncode == 125 and "set up for uid" in r.stderr
@@ -347,7 +401,8 @@ def test_setup_dry_run_touches_nothing(sandbox: Sandbox, users: list[OsUser]) ->
 
 
 def test_no_pin_of_any_jobns_instance_is_visible_inside_a_job(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     """Another jobns instance (another config and state_dir) pins its jobs too: a job
     must see none of those pins (it could keep another job's namespace alive)."""
     import uuid
@@ -360,22 +415,23 @@ def test_no_pin_of_any_jobns_instance_is_visible_inside_a_job(
     try:
         setup(other, "990", "--user", users[1].name)
         setup(sandbox, "991", "--user", users[0].name)
-        r = sandbox.run(["run", "--job-id", "991", "--", "cat", "/proc/self/mountinfo"],
-                        user=users[0])
+        r = sandbox.run(
+            ["run", "--job-id", "991", "--", "cat", "/proc/self/mountinfo"], user=users[0]
+        )
         assert r.returncode == 0, r.stderr
         assert [ln for ln in r.stdout.splitlines() if " - nsfs " in ln] == []
         assert str(other.state) not in r.stdout or " - nsfs " not in r.stdout
         teardown(sandbox, "991")
         teardown(other, "990")
     finally:
-        subprocess.run(["umount", "-R", "-l", str(other.state)], check=False,
-                       capture_output=True)
+        subprocess.run(["umount", "-R", "-l", str(other.state)], check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(other.shm, ignore_errors=True)
 
 
 def test_status_for_root_and_for_a_user_with_standalone_jobs(
-        sandbox: Sandbox, users: list[OsUser]) -> None:
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     """Root sees every job, set up or standalone; a user sees her own, without a
     traceback; the propagation of / is reported (issue 14)."""
     alice, bob = users
@@ -401,14 +457,16 @@ def test_status_for_root_and_for_a_user_with_standalone_jobs(
     teardown(sandbox, "995")
     teardown(sandbox, "996")
     r = sandbox.run(["status", "--json"])
-    assert [(j["job_id"], j["state"]) for j in json.loads(r.stdout)["jobs"]] == \
-        [("997", "leftover")]
+    assert [(j["job_id"], j["state"]) for j in json.loads(r.stdout)["jobs"]] == [
+        ("997", "leftover")
+    ]
     assert sandbox.run(["gc", "--no-slurm"]).returncode == 0
     assert_clean(sandbox)
 
 
-def test_a_private_root_mount_is_reported_once_per_boot(sandbox: Sandbox,
-                                                        users: list[OsUser]) -> None:
+def test_a_private_root_mount_is_reported_once_per_boot(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
     (sandbox.state / "propagation-checked").unlink()
     private = not root_is_shared()
     r = sandbox.run(["setup", "--job-id", "998", "--user", users[0].name])

@@ -23,8 +23,10 @@ PART = ".jobns-part-"
 
 def mount_tmpfs(path: Path, size: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "jobns-test",
-                    str(path)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "jobns-test", str(path)],
+        check=True,
+    )
 
 
 class Arc:
@@ -52,10 +54,11 @@ class Arc:
     def configure(self, movetool: str = "", shared: bool = True, extra: str = "") -> None:
         tool = f"movetool = {json.dumps(movetool)}\n" if movetool else ""
         self.box.write_config(
-            f'[arc]\nshared_filesystem = {"true" if shared else "false"}\n'
+            f"[arc]\nshared_filesystem = {'true' if shared else 'false'}\n"
             f'scratchdir = "{self.scratch}"\n{tool}'
             f'[staging]\nsession_roots = ["{self.sessions}"]\nstage_roots = ["{self.stage}"]\n'
-            + extra)
+            + extra
+        )
 
     def session(self, arc_id: str, files: dict[str, bytes]) -> Path:
         d = self.sessions / arc_id
@@ -92,8 +95,11 @@ def tree_sums(top: Path) -> dict[str, str]:
         for n in names:
             p = Path(root) / n
             rel = str(p.relative_to(top))
-            out[rel] = f"->{os.readlink(p)}" if p.is_symlink() else \
-                hashlib.sha256(p.read_bytes()).hexdigest()
+            out[rel] = (
+                f"->{os.readlink(p)}"
+                if p.is_symlink()
+                else hashlib.sha256(p.read_bytes()).hexdigest()
+            )
     return out
 
 
@@ -110,8 +116,9 @@ INPUTS = {
 }
 
 
-def setup(box: Sandbox, job: str, user: OsUser, *extra: str,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def setup(
+    box: Sandbox, job: str, user: OsUser, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return box.run(["setup", "--job-id", job, "--user", user.name, *extra], env=env)
 
 
@@ -125,8 +132,9 @@ def teardown(box: Sandbox, job: str, *extra: str) -> subprocess.CompletedProcess
     return box.run(["teardown", "--job-id", job, *extra])
 
 
-def refused(box: Sandbox, job: str, user: OsUser, r: subprocess.CompletedProcess[str],
-            needle: str) -> None:
+def refused(
+    box: Sandbox, job: str, user: OsUser, r: subprocess.CompletedProcess[str], needle: str
+) -> None:
     """The job's own inputs or request made it impossible: refused, not the node's fault."""
     assert_refused(box, job, user, r, needle)
 
@@ -140,9 +148,11 @@ def assert_gone(box: Sandbox, site: Arc, job: str) -> None:
 
 
 # The job: reads its inputs in scratch, writes outputs there and appends to stdout.
-JOB = ("cd {scratch} && sha256sum in/a.dat > out.sum && cat script.sh >> stdout && "
-       "mkdir -p results/sub && head -c 300000 /dev/urandom > results/r.bin && "
-       "echo x > results/sub/x && ln -s r.bin results/link && echo err >> stderr")
+JOB = (
+    "cd {scratch} && sha256sum in/a.dat > out.sum && cat script.sh >> stdout && "
+    "mkdir -p results/sub && head -c 300000 /dev/urandom > results/r.bin && "
+    "echo x > results/sub/x && ln -s r.bin results/link && echo err >> stderr"
+)
 
 
 @pytest.mark.parametrize("layout", ["same-fs", "scratch-elsewhere", "sessions-elsewhere"])
@@ -239,15 +249,17 @@ def test_not_shared_session_moves_stdout_too(sandbox: Sandbox, arc: Arc) -> None
 
 
 def test_session_dir_from_the_work_dir_template_and_dynamic_scratch(
-        sandbox: Sandbox, arc: Arc) -> None:
+    sandbox: Sandbox, arc: Arc
+) -> None:
     arc.configure(extra='session_dir = "%d"\ndynamic_scratch = true\n')
     session = arc.session("ARCdyn", INPUTS)
     r = setup(sandbox, "77", arc.user, env={"SLURM_JOB_WORK_DIR": str(session)})
     assert r.returncode == 0 and r.stderr == "", r.stderr
     scratch = arc.scratch / "77" / "ARCdyn"  # <scratchdir>/<lrms-job-id>/<arc-job-id>
     assert (scratch / "script.sh").exists()
-    assert run_job(sandbox, "77", arc.user, "echo $RUNTIME_LOCAL_SCRATCH_DIR").strip() == \
-        str(arc.scratch / "77")
+    assert run_job(sandbox, "77", arc.user, "echo $RUNTIME_LOCAL_SCRATCH_DIR").strip() == str(
+        arc.scratch / "77"
+    )
     assert teardown(sandbox, "77").returncode == 0
     assert tree_sums(session)["in/a.dat"] == sums(INPUTS)["in/a.dat"]
     assert not (arc.scratch / "77").exists()
@@ -260,17 +272,21 @@ def test_session_dir_from_the_work_dir_template_and_dynamic_scratch(
     assert_gone(sandbox, arc, "78")
 
 
-@pytest.mark.parametrize(("flag", "needle"), [
-    ("/etc", "outside the allowed directories"),
-    ("{sessions}/../etc", "contains '..'"),
-    ("{sessions}", "directly below one of"),
-    ("{sessions}/a/b", "directly below one of"),
-    ("{sessions}/missing", "No such file or directory"),
-    ("{sessions}/bobs", "owned by the job user"),
-    ("{sessions}/link", "owned by the job user"),
-])
-def test_bad_session_dirs_are_refused(sandbox: Sandbox, arc: Arc, users: list[OsUser],
-                                      flag: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "needle"),
+    [
+        ("/etc", "outside the allowed directories"),
+        ("{sessions}/../etc", "contains '..'"),
+        ("{sessions}", "directly below one of"),
+        ("{sessions}/a/b", "directly below one of"),
+        ("{sessions}/missing", "No such file or directory"),
+        ("{sessions}/bobs", "owned by the job user"),
+        ("{sessions}/link", "owned by the job user"),
+    ],
+)
+def test_bad_session_dirs_are_refused(
+    sandbox: Sandbox, arc: Arc, users: list[OsUser], flag: str, needle: str
+) -> None:
     arc.configure()
     bobs = arc.sessions / "bobs"
     bobs.mkdir()
@@ -290,8 +306,9 @@ def test_bad_session_dirs_are_refused(sandbox: Sandbox, arc: Arc, users: list[Os
 
 def directives_script(box: Sandbox, *lines: str) -> Path:
     p = box.root / "batch.sh"
-    p.write_text("#!/bin/sh\n#SBATCH -N1\n" + "".join(f"#JOBNS {ln}\n" for ln in lines)
-                 + "srun true\n")
+    p.write_text(
+        "#!/bin/sh\n#SBATCH -N1\n" + "".join(f"#JOBNS {ln}\n" for ln in lines) + "srun true\n"
+    )
     return p
 
 
@@ -315,11 +332,15 @@ def test_stage_in_and_out_directives_with_symbols(sandbox: Sandbox, arc: Arc) ->
         f"stage_out source=/dev/shm/tree destination={s}/%u/tree-back",
         f"stage_out source=/tmp/never-written destination={s}/%u/none",
     )
-    r = setup(sandbox, "s7", alice, "--script", str(script),
-              env={"SLURM_JOB_NAME": "sim"})
+    r = setup(sandbox, "s7", alice, "--script", str(script), env={"SLURM_JOB_NAME": "sim"})
     assert r.returncode == 0, r.stderr
-    out = run_job(sandbox, "s7", alice, "sha256sum < /tmp/in.dat; cat /dev/shm/tree/sub/f "
-                  "/var/tmp/lit /tmp/pct; echo res > /tmp/result; echo new > /dev/shm/tree/g")
+    out = run_job(
+        sandbox,
+        "s7",
+        alice,
+        "sha256sum < /tmp/in.dat; cat /dev/shm/tree/sub/f "
+        "/var/tmp/lit /tmp/pct; echo res > /tmp/result; echo new > /dev/shm/tree/g",
+    )
     assert out.split() == [sums(INPUTS)["in/a.dat"], "-", "f", "literal", "literal"]
     r = teardown(sandbox, "s7")
     assert r.returncode == 0, r.stderr
@@ -332,27 +353,42 @@ def test_stage_in_and_out_directives_with_symbols(sandbox: Sandbox, arc: Arc) ->
     assert_gone(sandbox, arc, "s7")
 
 
-@pytest.mark.parametrize(("line", "env", "needle"), [
-    ("stage_in source={s}/%u/../../../etc/shadow destination=/tmp/x", {},
-     "contains '..'"),
-    ("stage_in source=/etc/shadow destination=/tmp/x", {}, "outside the allowed directories"),
-    ("stage_in source={s}/%x destination=/tmp/x", {"SLURM_JOB_NAME": "../../etc"},
-     "cannot be substituted for %x"),
-    ("stage_in source={s}/%x/y destination=/tmp/x", {"SLURM_JOB_NAME": "a/b"},
-     "it contains '/'"),
-    ("stage_in source=%d/shadow destination=/tmp/x", {"SLURM_JOB_WORK_DIR": "/etc"},
-     "outside the allowed directories"),
-    ("stage_in source={s}/%u/f destination=/etc/cron.d/x", {}, "outside the allowed"),
-    ("stage_in source={s}/%u/f destination=/tmp/../etc/x", {}, "contains '..'"),
-    ("stage_in source={s}/%u/f destination=%d/x", {"SLURM_JOB_WORK_DIR": "/tmp/../root"},
-     "cannot be substituted for %d"),
-    ("stage_out source=/root/.ssh destination={s}/%u/x", {}, "outside the allowed"),
-    ("stage_in source={s}/%q destination=/tmp/x", {}, "unknown symbol '%q'"),
-    ("stage_in source={s}/x% destination=/tmp/x", {}, "lone '%'"),
-    ("stage_in source=relative destination=/tmp/x", {}, "relative"),
-])
+@pytest.mark.parametrize(
+    ("line", "env", "needle"),
+    [
+        ("stage_in source={s}/%u/../../../etc/shadow destination=/tmp/x", {}, "contains '..'"),
+        ("stage_in source=/etc/shadow destination=/tmp/x", {}, "outside the allowed directories"),
+        (
+            "stage_in source={s}/%x destination=/tmp/x",
+            {"SLURM_JOB_NAME": "../../etc"},
+            "cannot be substituted for %x",
+        ),
+        (
+            "stage_in source={s}/%x/y destination=/tmp/x",
+            {"SLURM_JOB_NAME": "a/b"},
+            "it contains '/'",
+        ),
+        (
+            "stage_in source=%d/shadow destination=/tmp/x",
+            {"SLURM_JOB_WORK_DIR": "/etc"},
+            "outside the allowed directories",
+        ),
+        ("stage_in source={s}/%u/f destination=/etc/cron.d/x", {}, "outside the allowed"),
+        ("stage_in source={s}/%u/f destination=/tmp/../etc/x", {}, "contains '..'"),
+        (
+            "stage_in source={s}/%u/f destination=%d/x",
+            {"SLURM_JOB_WORK_DIR": "/tmp/../root"},
+            "cannot be substituted for %d",
+        ),
+        ("stage_out source=/root/.ssh destination={s}/%u/x", {}, "outside the allowed"),
+        ("stage_in source={s}/%q destination=/tmp/x", {}, "unknown symbol '%q'"),
+        ("stage_in source={s}/x% destination=/tmp/x", {}, "lone '%'"),
+        ("stage_in source=relative destination=/tmp/x", {}, "relative"),
+    ],
+)
 def test_traversal_and_bad_symbols_reject_the_job_naming_the_line(
-        sandbox: Sandbox, arc: Arc, line: str, env: dict[str, str], needle: str) -> None:
+    sandbox: Sandbox, arc: Arc, line: str, env: dict[str, str], needle: str
+) -> None:
     arc.configure()
     script = directives_script(sandbox, "shm capacity=1MiB", line.format(s=arc.stage))
     r = setup(sandbox, "s8", arc.user, "--script", str(script), env=env)
@@ -362,7 +398,8 @@ def test_traversal_and_bad_symbols_reject_the_job_naming_the_line(
 
 
 def test_symlink_inside_a_stage_root_reaches_only_what_the_user_may_read(
-        sandbox: Sandbox, arc: Arc) -> None:
+    sandbox: Sandbox, arc: Arc
+) -> None:
     """Confinement is lexical; the copy runs as the job user, so a symlink to a
     root-only file gets the job rejected, and nothing of the file is copied."""
     arc.configure()
@@ -383,8 +420,7 @@ def test_symlink_inside_a_stage_root_reaches_only_what_the_user_may_read(
     out_link = arc.stage / arc.user.name / "outlink"
     out_link.symlink_to(target)
     os.lchown(out_link, arc.user.uid, arc.user.gid)
-    script = directives_script(sandbox,
-                               f"stage_out source=/tmp/o destination={out_link}/planted")
+    script = directives_script(sandbox, f"stage_out source=/tmp/o destination={out_link}/planted")
     assert setup(sandbox, "s10", arc.user, "--script", str(script)).returncode == 0
     run_job(sandbox, "s10", arc.user, "echo o > /tmp/o")
     r = teardown(sandbox, "s10")  # the user's destination: her job keeps it, not the node
@@ -400,13 +436,15 @@ def test_symlink_inside_a_stage_root_reaches_only_what_the_user_may_read(
 
 
 def test_stage_in_into_a_capacity_that_is_too_small_fails_cleanly(
-        sandbox: Sandbox, arc: Arc) -> None:
+    sandbox: Sandbox, arc: Arc
+) -> None:
     arc.configure()
     big = arc.stage / arc.user.name / "big"
     big.write_bytes(b"\0" * (2 * 1024 * 1024))
     arc.chown(big)
-    script = directives_script(sandbox, "tmp capacity=1MiB",
-                               f"stage_in source={big} destination=/tmp/big")
+    script = directives_script(
+        sandbox, "tmp capacity=1MiB", f"stage_in source={big} destination=/tmp/big"
+    )
     r = setup(sandbox, "s11", arc.user, "--script", str(script))
     refused(sandbox, "s11", arc.user, r, "No space left on device")
     assert_gone(sandbox, arc, "s11")
@@ -423,8 +461,12 @@ def test_full_session_fs_mid_stage_out_loses_nothing(sandbox: Sandbox, arc: Arc)
     session = arc.session("ARCfull", inputs)
     assert setup(sandbox, "s12", alice, "--session-dir", str(session)).returncode == 0
     scratch = arc.scratch / "ARCfull"
-    outputs = {"a.dat": os.urandom(300_000), "b.dat": os.urandom(300_000),
-               "c.dat": os.urandom(600_000), "d.dat": os.urandom(100_000)}
+    outputs = {
+        "a.dat": os.urandom(300_000),
+        "b.dat": os.urandom(300_000),
+        "c.dat": os.urandom(600_000),
+        "d.dat": os.urandom(100_000),
+    }
     for name, data in outputs.items():
         (scratch / name).write_bytes(data)
         os.chown(scratch / name, alice.uid, alice.gid)

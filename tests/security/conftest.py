@@ -126,7 +126,7 @@ def unescape(field: str) -> str:
     """/proc/self/mountinfo escapes space, tab, newline and backslash as \\ooo."""
     out, i = [], 0
     while i < len(field):
-        code = field[i + 1:i + 4]
+        code = field[i + 1 : i + 4]
         if field[i] == "\\" and len(code) == 3 and code.isdigit():
             out.append(chr(int(code, 8)))
             i += 4
@@ -241,10 +241,20 @@ def snapshot(top: Path) -> list[tuple[str, str, int, int, int]]:
         for n in sorted([*dirs, *names]):
             p = Path(root) / n
             st = os.lstat(p)
-            what = os.readlink(p) if stat.S_ISLNK(st.st_mode) else (
-                p.read_bytes().hex() if stat.S_ISREG(st.st_mode) else "")
-            out.append((str(p.relative_to(top)), what, st.st_uid, stat.S_IMODE(st.st_mode),
-                        stat.S_IFMT(st.st_mode)))
+            what = (
+                os.readlink(p)
+                if stat.S_ISLNK(st.st_mode)
+                else (p.read_bytes().hex() if stat.S_ISREG(st.st_mode) else "")
+            )
+            out.append(
+                (
+                    str(p.relative_to(top)),
+                    what,
+                    st.st_uid,
+                    stat.S_IMODE(st.st_mode),
+                    stat.S_IFMT(st.st_mode),
+                )
+            )
     st = os.lstat(top)
     out.append((".", "", st.st_uid, stat.S_IMODE(st.st_mode), stat.S_IFMT(st.st_mode)))
     return sorted(out)
@@ -268,34 +278,50 @@ class World:
 
     # ---------------------------------------------------------------- processes
 
-    def as_user(self, user: OsUser | None, argv: Sequence[str], timeout: float = 60,
-                env: dict[str, str] | None = None, **kw: Any
-                ) -> subprocess.CompletedProcess[str]:
+    def as_user(
+        self,
+        user: OsUser | None,
+        argv: Sequence[str],
+        timeout: float = 60,
+        env: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> subprocess.CompletedProcess[str]:
         kw.setdefault("cwd", "/")
         result: subprocess.CompletedProcess[str] = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout,
-            env=Sandbox.env(user, env), **Sandbox.creds(user), **kw)
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=Sandbox.env(user, env),
+            **Sandbox.creds(user),
+            **kw,
+        )
         return result
 
-    def python(self, user: OsUser | None, code: str, *args: str, timeout: float = 60
-               ) -> subprocess.CompletedProcess[str]:
+    def python(
+        self, user: OsUser | None, code: str, *args: str, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         return self.as_user(user, [PY, "-c", code, *args], timeout=timeout)
 
-    def start(self, user: OsUser | None, argv: Sequence[str], **kw: Any
-              ) -> subprocess.Popen[str]:
+    def start(self, user: OsUser | None, argv: Sequence[str], **kw: Any) -> subprocess.Popen[str]:
         """A background process of user's, in a process group of its own (killed at the
         end of the test by that group's id)."""
         kw.setdefault("cwd", "/")
         kw.setdefault("stdin", subprocess.DEVNULL)
         env = Sandbox.env(user, kw.pop("env", None))
         p: subprocess.Popen[str] = subprocess.Popen(
-            list(argv), text=True, start_new_session=True, env=env, **Sandbox.creds(user),
-            **kw)
+            list(argv), text=True, start_new_session=True, env=env, **Sandbox.creds(user), **kw
+        )
         self.procs.append(p)
         return p
 
-    def start_jobns(self, args: Sequence[str], user: OsUser | None = None,
-                    env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+    def start_jobns(
+        self,
+        args: Sequence[str],
+        user: OsUser | None = None,
+        env: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> subprocess.Popen[str]:
         kw.setdefault("stdin", subprocess.DEVNULL)
         p = self.box.popen(args, user=user, env=env, start_new_session=True, **kw)
         self.procs.append(p)
@@ -317,35 +343,60 @@ class World:
                 raise AssertionError(f"{path} did not appear within {timeout}s")
             time.sleep(0.02)
 
-    def task(self, job: str, user: OsUser | None, script: str = "exec sleep 300",
-             env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+    def task(
+        self,
+        job: str,
+        user: OsUser | None,
+        script: str = "exec sleep 300",
+        env: dict[str, str] | None = None,
+    ) -> tuple[subprocess.Popen[str], int]:
         """A task of the job (`jobns run --job-id JOB`) that writes its pid, then runs
         script; returns (the jobns process, the task's pid)."""
         pidfile = self.w / f"task-{job}-{len(self.procs)}.pid"
-        p = self.start_jobns(["run", "--job-id", job, "--", "sh", "-c",
-                              f"echo $$ > {pidfile}; {script}"], user=user, env=env)
+        p = self.start_jobns(
+            ["run", "--job-id", job, "--", "sh", "-c", f"echo $$ > {pidfile}; {script}"],
+            user=user,
+            env=env,
+        )
         pid = int(self.wait_file(pidfile))
         self.track(pid)
         return p, pid
 
     # ------------------------------------------------------------------- jobns
 
-    def setup(self, job: str, *extra: str, user: OsUser | None = None,
-              env: dict[str, str] | None = None, timeout: float = 60
-              ) -> subprocess.CompletedProcess[str]:
+    def setup(
+        self,
+        job: str,
+        *extra: str,
+        user: OsUser | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
         who = user or self.alice
-        return self.box.run(["setup", "--job-id", job, "--user", who.name, *extra], env=env,
-                            timeout=timeout)
+        return self.box.run(
+            ["setup", "--job-id", job, "--user", who.name, *extra], env=env, timeout=timeout
+        )
 
-    def teardown(self, job: str, *extra: str, timeout: float = 120
-                 ) -> subprocess.CompletedProcess[str]:
+    def teardown(
+        self, job: str, *extra: str, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         return self.box.run(["teardown", "--job-id", job, *extra], timeout=timeout)
 
-    def run(self, job: str, script: str, user: OsUser | None = None,
-            env: dict[str, str] | None = None, timeout: float = 60, extra: Sequence[str] = ()
-            ) -> subprocess.CompletedProcess[str]:
-        return self.box.run(["run", "--job-id", job, *extra, "--", "sh", "-c", script],
-                            user=user, env=env, timeout=timeout)
+    def run(
+        self,
+        job: str,
+        script: str,
+        user: OsUser | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60,
+        extra: Sequence[str] = (),
+    ) -> subprocess.CompletedProcess[str]:
+        return self.box.run(
+            ["run", "--job-id", job, *extra, "--", "sh", "-c", script],
+            user=user,
+            env=env,
+            timeout=timeout,
+        )
 
     def status(self) -> dict[str, Any]:
         r = self.box.run(["status", "--json"])
@@ -403,9 +454,16 @@ class World:
                 pass
         # Mounts a test (or a failing jobns) left under the sandbox: deepest first.
         for _ in range(3):
-            left = sorted({t for t, _, _ in mounts()
-                           if t.startswith((str(self.box.root) + "/", str(self.box.shm)))
-                           and t != str(self.box.state)}, key=len, reverse=True)
+            left = sorted(
+                {
+                    t
+                    for t, _, _ in mounts()
+                    if t.startswith((str(self.box.root) + "/", str(self.box.shm)))
+                    and t != str(self.box.state)
+                },
+                key=len,
+                reverse=True,
+            )
             if not left:
                 break
             for target in left:
@@ -436,19 +494,25 @@ class Fuse:
         (src / "inside").write_text("a file on the user's FUSE file system\n")
         (src / "dir").mkdir()
         self.image = world.box.root / "fuse.sqfs"
-        subprocess.run(["mksquashfs", str(src), str(self.image), "-quiet", "-noappend",
-                        "-no-progress"], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["mksquashfs", str(src), str(self.image), "-quiet", "-noappend", "-no-progress"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         self.image.chmod(0o644)
 
     def mount(self, user: OsUser, mountpoint: Path, *options: str) -> subprocess.Popen[str]:
         """user mounts the image at mountpoint (squashfuse -f: its pid is the server)."""
         opts = ["-o", ",".join(options)] if options else []
-        p = self.world.start(user, ["squashfuse", "-f", *opts, str(self.image),
-                                    str(mountpoint)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        p = self.world.start(
+            user,
+            ["squashfuse", "-f", *opts, str(self.image), str(mountpoint)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 20
-        while not any(t == str(mountpoint) and ft.startswith("fuse")
-                      for t, ft, _ in mounts()):
+        while not any(t == str(mountpoint) and ft.startswith("fuse") for t, ft, _ in mounts()):
             if p.poll() is not None:
                 err = p.stderr.read() if p.stderr else ""
                 raise AssertionError(f"squashfuse {mountpoint} failed: {err}")
@@ -460,8 +524,10 @@ class Fuse:
 @pytest.fixture
 def fuse(world: World) -> Fuse:
     for tool in ("squashfuse", "mksquashfs", "fusermount3"):
-        require(shutil.which(tool) is not None,
-                f"{tool} is missing (apt-get install squashfuse squashfs-tools fuse3)")
+        require(
+            shutil.which(tool) is not None,
+            f"{tool} is missing (apt-get install squashfuse squashfs-tools fuse3)",
+        )
     require(os.path.exists("/dev/fuse"), "no /dev/fuse on this machine")
     mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
     if mode & 0o006 != 0o006:
@@ -489,4 +555,3 @@ def fuse_allow_other(fuse: Fuse) -> Iterator[Fuse]:
             FUSE_CONF.unlink()
         else:
             FUSE_CONF.write_text(old)
-

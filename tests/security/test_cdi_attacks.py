@@ -48,14 +48,26 @@ def made(box: Sandbox) -> Iterator[list[Container]]:
 def cdi_hook(c: Container, job: str) -> subprocess.CompletedProcess[str]:
     """The hook exactly as a job's spec names it."""
     cmd = c.box.cmd(["hook", "--job-id", job, "createRuntime"])
-    return subprocess.run(cmd, input=c.state("creating").decode(), capture_output=True,
-                          text=True, timeout=60, env=c.box.env(None, None), cwd="/")
+    return subprocess.run(
+        cmd,
+        input=c.state("creating").decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=c.box.env(None, None),
+        cwd="/",
+    )
 
 
-def container(box: Sandbox, made: list[Container], cid: str, user: tuple[int, int],
-              **kw: Any) -> Container:
-    c = Container(box, cid, process={"args": ["sh"], "env": ["PATH=/bin"],
-                                     "user": {"uid": user[0], "gid": user[1]}}, **kw)
+def container(
+    box: Sandbox, made: list[Container], cid: str, user: tuple[int, int], **kw: Any
+) -> Container:
+    c = Container(
+        box,
+        cid,
+        process={"args": ["sh"], "env": ["PATH=/bin"], "user": {"uid": user[0], "gid": user[1]}},
+        **kw,
+    )
     made.append(c)
     return c
 
@@ -66,7 +78,8 @@ def setup(box: Sandbox, job: str, user: OsUser) -> None:
 
 
 def test_bobs_or_roots_container_naming_alices_device_gets_nothing(
-        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """Attack: bob's container (or a root one) asks for alice's CDI device. The engine
     applies the spec's mounts; the spec's hook refuses the container (exit 125 aborts it)
     before its process runs, naming both uids and the fix."""
@@ -78,9 +91,12 @@ def test_bobs_or_roots_container_naming_alices_device_gets_nothing(
             c.start()
             before = host_mounts(box)
             r = cdi_hook(c, "CD1")
-            one_line_error(r, f"container {cid} runs as uid {ids[0]} (process.user, mapped to "
-                              f"the host), but job CD1 belongs to {alice.name} (uid "
-                              f"{alice.uid})")
+            one_line_error(
+                r,
+                f"container {cid} runs as uid {ids[0]} (process.user, mapped to "
+                f"the host), but job CD1 belongs to {alice.name} (uid "
+                f"{alice.uid})",
+            )
             assert host_mounts(box) == before
         # Alice's own container passes, and sees her directories bound.
         c = container(box, made, "alicec", (alice.uid, alice.gid))
@@ -98,7 +114,8 @@ def test_bobs_or_roots_container_naming_alices_device_gets_nothing(
 
 
 def test_the_hook_refuses_a_job_that_is_not_set_up(
-        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """--job-id never makes a standalone job: a spec left behind (or hand-written) for a
     job that is gone gives a container nothing, and creates nothing."""
     alice = users[0]
@@ -116,7 +133,8 @@ def _stopped(pid: int, timeout: float = 30) -> None:
 
 
 def test_a_tree_swapped_before_the_spec_is_written_is_never_named(
-        box: Sandbox, users: list[OsUser]) -> None:
+    box: Sandbox, users: list[OsUser]
+) -> None:
     """Attack: alice renames her tree root away and puts a link to a directory of her
     choice in its place just before setup writes the spec (the pause point stands for
     winning the race), hoping the spec binds that directory into her containers as the
@@ -127,16 +145,27 @@ def test_a_tree_swapped_before_the_spec_is_written_is_never_named(
     for d in ("tmp", "var_tmp"):
         (decoy / d).mkdir(parents=True)
     os.chown(decoy, alice.uid, alice.gid)
-    setup_proc = box.popen(["setup", "--job-id", "CD3", "--user", alice.name],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           env={"JOBNS_TEST_PAUSE_IN": "cdi"})
+    setup_proc = box.popen(
+        ["setup", "--job-id", "CD3", "--user", alice.name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"JOBNS_TEST_PAUSE_IN": "cdi"},
+    )
     try:
         _stopped(setup_proc.pid)
         tree = box.local / "job-CD3"
-        swap = (f"import os; os.rename({str(tree)!r}, {str(tree) + '.away'!r}); "
-                f"os.symlink({str(decoy)!r}, {str(tree)!r})")
-        r = subprocess.run(["/usr/bin/python3", "-c", swap], capture_output=True, text=True,
-                           user=alice.uid, group=alice.gid, cwd="/")
+        swap = (
+            f"import os; os.rename({str(tree)!r}, {str(tree) + '.away'!r}); "
+            f"os.symlink({str(decoy)!r}, {str(tree)!r})"
+        )
+        r = subprocess.run(
+            ["/usr/bin/python3", "-c", swap],
+            capture_output=True,
+            text=True,
+            user=alice.uid,
+            group=alice.gid,
+            cwd="/",
+        )
         assert r.returncode == 0, r.stderr
         os.kill(setup_proc.pid, signal.SIGCONT)
         _, err = setup_proc.communicate(timeout=60)
@@ -148,13 +177,13 @@ def test_a_tree_swapped_before_the_spec_is_written_is_never_named(
     assert "is not the job's verified directory" in err or "moved while setting up" in err, err
     assert list((box.root / "cdi").iterdir()) == []
     status = box.run(["status", "--json"])
-    assert "refused" in json.dumps([j for j in json.loads(status.stdout)["jobs"]
-                                    if "CD3" in json.dumps(j)]), status.stdout
+    assert "refused" in json.dumps(
+        [j for j in json.loads(status.stdout)["jobs"] if "CD3" in json.dumps(j)]
+    ), status.stdout
     assert box.run(["teardown", "--job-id", "CD3"]).returncode == 0
 
 
-def test_a_spec_directory_others_can_write_is_refused(box: Sandbox,
-                                                      users: list[OsUser]) -> None:
+def test_a_spec_directory_others_can_write_is_refused(box: Sandbox, users: list[OsUser]) -> None:
     """A spec directory anybody can write is anybody's devices: setup refuses to use it
     (a fault of the node's config: loud), and writes nothing there."""
     alice = users[0]
@@ -162,15 +191,15 @@ def test_a_spec_directory_others_can_write_is_refused(box: Sandbox,
     cdi.chmod(0o777)
     r = box.run(["setup", "--job-id", "CD4", "--user", alice.name])
     assert r.returncode == 125, r.stderr
-    assert f"refuse CDI spec directory {cdi}: not owned by root or writable by others" \
-        in r.stderr
+    assert f"refuse CDI spec directory {cdi}: not owned by root or writable by others" in r.stderr
     assert list(cdi.iterdir()) == []
     box.run(["teardown", "--job-id", "CD4"])
     assert box.leftovers() == []
 
 
 def test_already_bound_never_skips_the_check_of_a_linked_rootfs(
-        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """The hook forks no bind child when the engine bound exactly the job's trees; that
     shortcut must not skip the rootfs checks: alice's own container whose rootfs is her
     symbolic link, with the job's trees bound under the link's target, is still refused
@@ -187,12 +216,27 @@ def test_already_bound_never_skips_the_check_of_a_linked_rootfs(
         os.lchown(c.rootfs, alice.uid, alice.gid)
         pid = c.start()
         tree = box.local / "job-CD5"
-        for target, source in (("tmp", tree / "tmp"), ("var/tmp", tree / "var_tmp"),
-                               ("dev/shm", box.shm / "job-CD5")):
-            subprocess.run(["nsenter", "-t", str(pid), "-m", "mount", "--rbind", str(source),
-                            str(real / target)], check=True)
-        one_line_error(cdi_hook(c, "CD5"),
-                       f"{c.rootfs}: it is a symbolic link owned by uid {alice.uid}")
+        for target, source in (
+            ("tmp", tree / "tmp"),
+            ("var/tmp", tree / "var_tmp"),
+            ("dev/shm", box.shm / "job-CD5"),
+        ):
+            subprocess.run(
+                [
+                    "nsenter",
+                    "-t",
+                    str(pid),
+                    "-m",
+                    "mount",
+                    "--rbind",
+                    str(source),
+                    str(real / target),
+                ],
+                check=True,
+            )
+        one_line_error(
+            cdi_hook(c, "CD5"), f"{c.rootfs}: it is a symbolic link owned by uid {alice.uid}"
+        )
     finally:
         for c in made:
             c.stop()

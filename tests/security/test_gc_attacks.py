@@ -43,8 +43,9 @@ def test_gc_keeps_a_live_job_whose_record_is_damaged(world: World, how: str) -> 
     box, alice = world.box, world.alice
     assert world.setup("100").returncode == 0
     ticks = box.local / "job-100/tmp/ticks"
-    _, pid = world.task("100", alice, "echo keep > /tmp/keep; "
-                        "while :; do echo t >> /tmp/ticks; sleep 0.1; done")
+    _, pid = world.task(
+        "100", alice, "echo keep > /tmp/keep; while :; do echo t >> /tmp/ticks; sleep 0.1; done"
+    )
     deadline = time.monotonic() + 10
     while not ticks.exists():
         assert time.monotonic() < deadline
@@ -80,10 +81,19 @@ def test_gc_removes_an_orphan_tree_without_following_its_links(world: World) -> 
     decoy = world.decoy()
     before = snapshot(decoy)
     pidfile = world.w / "orphan.pid"
-    p = world.start_jobns(["run", "--job-id", "101", "--", "sh", "-c",
-                           f"ln -s {decoy} /tmp/etc; ln -s {decoy}/passwd /dev/shm/pw; "
-                           f"ln -s / /var/tmp/root; echo $$ > {pidfile}; exec sleep 300"],
-                          user=alice)
+    p = world.start_jobns(
+        [
+            "run",
+            "--job-id",
+            "101",
+            "--",
+            "sh",
+            "-c",
+            f"ln -s {decoy} /tmp/etc; ln -s {decoy}/passwd /dev/shm/pw; "
+            f"ln -s / /var/tmp/root; echo $$ > {pidfile}; exec sleep 300",
+        ],
+        user=alice,
+    )
     world.track(int(world.wait_file(pidfile)))
     p.kill()
     p.wait(timeout=10)
@@ -102,14 +112,29 @@ def test_gc_leaves_a_lookalike_tree_someone_holds(world: World) -> None:
     process holds (a share lock, or a working directory in it)."""
     box, bob = world.box, world.bob
     tree = box.local / "job-102"
-    r = world.as_user(bob, ["sh", "-c", f"mkdir -m 700 {tree} && mkdir -m 1777 {tree}/tmp "
-                            f"{tree}/var_tmp && echo bobs > {tree}/tmp/f"])
+    r = world.as_user(
+        bob,
+        [
+            "sh",
+            "-c",
+            f"mkdir -m 700 {tree} && mkdir -m 1777 {tree}/tmp "
+            f"{tree}/var_tmp && echo bobs > {tree}/tmp/f",
+        ],
+    )
     assert r.returncode == 0, r.stderr
-    holder = world.start(bob, ["/usr/bin/python3", "-c",
-                               "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
-                               "os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_SH); "
-                               "print('held', flush=True); time.sleep(600)", str(tree)],
-                         stdout=subprocess.PIPE, cwd=str(tree / "tmp"))
+    holder = world.start(
+        bob,
+        [
+            "/usr/bin/python3",
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+            "os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_SH); "
+            "print('held', flush=True); time.sleep(600)",
+            str(tree),
+        ],
+        stdout=subprocess.PIPE,
+        cwd=str(tree / "tmp"),
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     r = box.run(["gc", "--no-slurm"])
     no_crash(r)

@@ -60,12 +60,23 @@ def made(box: Sandbox) -> Iterator[list[Container]]:
         c.stop()
 
 
-def container(box: Sandbox, made: list[Container], cid: str, uid: int, gid: int,
-              annotations: dict[str, str] | None = None, env: tuple[str, ...] = (),
-              **kw: Any) -> Container:
-    c = Container(box, cid, annotations=annotations,
-                  process={"args": ["sh"], "env": ["PATH=/bin", *env],
-                           "user": {"uid": uid, "gid": gid}}, **kw)
+def container(
+    box: Sandbox,
+    made: list[Container],
+    cid: str,
+    uid: int,
+    gid: int,
+    annotations: dict[str, str] | None = None,
+    env: tuple[str, ...] = (),
+    **kw: Any,
+) -> Container:
+    c = Container(
+        box,
+        cid,
+        annotations=annotations,
+        process={"args": ["sh"], "env": ["PATH=/bin", *env], "user": {"uid": uid, "gid": gid}},
+        **kw,
+    )
     made.append(c)
     return c
 
@@ -97,8 +108,9 @@ def prolog(box: Sandbox, job: str, user: OsUser) -> list[tuple[str, int, int, in
     return snapshot(box, job)
 
 
-def refused(r: subprocess.CompletedProcess[str], who: str, attacker_uid: int,
-            owner_uid: int) -> None:
+def refused(
+    r: subprocess.CompletedProcess[str], who: str, attacker_uid: int, owner_uid: int
+) -> None:
     """Exit 125, one `jobns:` line naming the container (or bundle), both uids and the fix."""
     one_line_error(r, f"{who} runs as uid {attacker_uid}")
     assert f"uid {owner_uid}" in r.stderr and FIX in r.stderr, r.stderr
@@ -116,8 +128,9 @@ def nothing_given(box: Sandbox, c: Container, mounts_before: list[str]) -> None:
 
 
 @pytest.mark.parametrize("as_root", [False, True], ids=["as-bob", "as-root"])
-def test_other_users_container_gets_no_prolog_job(box: Sandbox, made: list[Container],
-                                                  users: list[OsUser], as_root: bool) -> None:
+def test_other_users_container_gets_no_prolog_job(
+    box: Sandbox, made: list[Container], users: list[OsUser], as_root: bool
+) -> None:
     """Attack: bob's container (process.user bob, or root) annotated with the job id of
     alice's prolog-set-up job was handed her /tmp, /var/tmp and /dev/shm (the hook checked
     the user only when one was named). Fixed: the container's host uid must be the
@@ -135,8 +148,9 @@ def test_other_users_container_gets_no_prolog_job(box: Sandbox, made: list[Conta
     assert box.leftovers() == []
 
 
-def test_other_users_container_gets_no_standalone_job(box: Sandbox, made: list[Container],
-                                                      users: list[OsUser]) -> None:
+def test_other_users_container_gets_no_standalone_job(
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """Attack: bob's container annotated with the job id of alice's standalone job, whose
     own container holds the directories, joins her job. The tree owner check already
     refused him, with a message naming neither container nor fix; fixed: the hook knows
@@ -168,9 +182,9 @@ def naming(how: str, u: OsUser) -> tuple[dict[str, str], tuple[str, ...]]:
 
 @pytest.mark.parametrize("job", ["new", "standalone", "prolog"])
 @pytest.mark.parametrize("how", ["annotation", "SLURM_JOB_USER", "SLURM_JOB_UID"])
-def test_naming_the_job_user_does_not_make_it_yours(box: Sandbox, made: list[Container],
-                                                    users: list[OsUser], how: str,
-                                                    job: str) -> None:
+def test_naming_the_job_user_does_not_make_it_yours(
+    box: Sandbox, made: list[Container], users: list[OsUser], how: str, job: str
+) -> None:
     """Attack: bob's container names alice as the job user (annotation org.jobns.user,
     SLURM_JOB_USER or SLURM_JOB_UID in process.env) with her job id: it was handed her
     running standalone job's trees (or her prolog job's), or root made trees in her name
@@ -186,8 +200,7 @@ def test_naming_the_job_user_does_not_make_it_yours(box: Sandbox, made: list[Con
         a.start()
         assert a.hook().returncode == 0
         before = snapshot(box, "NA1")
-    c = container(box, made, "bob3", bob.uid, bob.gid, {"org.jobns.job-id": "NA1", **ann},
-                  env)
+    c = container(box, made, "bob3", bob.uid, bob.gid, {"org.jobns.job-id": "NA1", **ann}, env)
     c.start()
     mounts_before, locks_before = host_mounts(box), lock_files(box)
     refused(c.hook(), "container bob3", bob.uid, alice.uid)
@@ -202,7 +215,8 @@ def test_naming_the_job_user_does_not_make_it_yours(box: Sandbox, made: list[Con
 
 @pytest.mark.parametrize("job", ["new", "prolog"])
 def test_config_json_mappings_do_not_outvote_the_live_init(
-        box: Sandbox, made: list[Container], users: list[OsUser], job: str) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser], job: str
+) -> None:
     """Attack: bob's bundle claims a user namespace whose uid 0 is alice
     (linux.uidMappings), while the container really runs as root on the host: the hook
     believed config.json and gave the root container alice's job (or made her trees for
@@ -214,7 +228,8 @@ def test_config_json_mappings_do_not_outvote_the_live_init(
     c.config["linux"] = {
         "namespaces": [{"type": "mount"}, {"type": "user"}],
         "uidMappings": [{"containerID": 0, "hostID": alice.uid, "size": 1}],
-        "gidMappings": [{"containerID": 0, "hostID": alice.gid, "size": 1}]}
+        "gidMappings": [{"containerID": 0, "hostID": alice.gid, "size": 1}],
+    }
     c.write_config()
     c.start()
     mounts_before = host_mounts(box)
@@ -237,7 +252,8 @@ def test_config_json_mappings_do_not_outvote_the_live_init(
 
 @pytest.mark.parametrize("how", ["prolog", "--user", "annotation"])
 def test_oci_config_writes_no_job_into_another_users_bundle(
-        box: Sandbox, made: list[Container], users: list[OsUser], how: str) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser], how: str
+) -> None:
     """Attack: `jobns oci-config` (root, e.g. Slurm's RunTimeCreate) prepares bob's bundle
     (process.user bob) with alice's job: her prolog job by id, or a job named hers by
     --user or the bundle's org.jobns.user annotation. It wrote binds of her directories
@@ -258,12 +274,20 @@ def test_oci_config_writes_no_job_into_another_users_bundle(
     assert box.leftovers() == [] and lock_files(box) == []
 
 
-@pytest.mark.parametrize(("link", "to"), [
-    ("tmp", "/etc"), ("var", "/etc"), ("var/tmp", "../etc"), ("dev", "/etc"),
-    ("dev/shm", "/etc"), ("", None)])
+@pytest.mark.parametrize(
+    ("link", "to"),
+    [
+        ("tmp", "/etc"),
+        ("var", "/etc"),
+        ("var/tmp", "../etc"),
+        ("dev", "/etc"),
+        ("dev/shm", "/etc"),
+        ("", None),
+    ],
+)
 def test_oci_config_checks_the_rootfs_before_making_anything(
-        box: Sandbox, made: list[Container], users: list[OsUser], link: str,
-        to: str | None) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser], link: str, to: str | None
+) -> None:
     """Attack: bob's bundle for his own job, whose image has a link at a mount point (say
     /tmp -> /etc), or whose rootfs is itself his link: oci-config made the job's
     directories and wrote the binds without looking, for the runtime to mount through the
@@ -295,8 +319,9 @@ def test_oci_config_checks_the_rootfs_before_making_anything(
 
 
 @pytest.mark.parametrize("where", ["rootfs", "parent"])
-def test_rootfs_path_through_a_users_link_is_refused(box: Sandbox, made: list[Container],
-                                                      users: list[OsUser], where: str) -> None:
+def test_rootfs_path_through_a_users_link_is_refused(
+    box: Sandbox, made: list[Container], users: list[OsUser], where: str
+) -> None:
     """Attack: bob makes the bundle's rootfs (or a directory on its way) his symbolic link
     to a directory of root's (standing for /etc): the hook followed it and, as root, made
     world-writable tmp/, var/tmp/ and dev/shm/ there and mounted over them. Fixed: root
@@ -339,7 +364,8 @@ def _stopped_child(parent: int, timeout: float = 20) -> int:
 
 
 def test_mount_point_swapped_during_the_bind_leaves_no_mount(
-        box: Sandbox, made: list[Container], users: list[OsUser]) -> None:
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """Attack: bob swaps his image's /tmp for a link to /etc while the hook binds (he owns
     the rootfs; the hook's test pause point stands for winning the race). The bind landed
     on the old directory, the hook saw the swap and refused, but left that mount behind
@@ -352,10 +378,15 @@ def test_mount_point_swapped_during_the_bind_leaves_no_mount(
     state = box.root / "state.json"
     state.write_bytes(c.state())
     with state.open("rb") as stdin:
-        hook = subprocess.Popen(box.cmd(["hook", "createRuntime"]), stdin=stdin,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd="/",
-                                env=box.env(None, {"JOBNS_TEST_PAUSE_IN": "hook-bind"}))
+        hook = subprocess.Popen(
+            box.cmd(["hook", "createRuntime"]),
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=box.env(None, {"JOBNS_TEST_PAUSE_IN": "hook-bind"}),
+        )
     try:
         child = _stopped_child(hook.pid)
         (c.rootfs / "tmp").rename(c.rootfs / "tmp.old")
@@ -367,8 +398,9 @@ def test_mount_point_swapped_during_the_bind_leaves_no_mount(
             hook.kill()
             hook.wait()
     r = subprocess.CompletedProcess(hook.args, hook.returncode, out, err)
-    one_line_error(r, f"bind {box.local}/job-SW1/tmp over {c.rootfs}/tmp: the mount point "
-                      "was replaced")
+    one_line_error(
+        r, f"bind {box.local}/job-SW1/tmp over {c.rootfs}/tmp: the mount point was replaced"
+    )
     assert mounts_under(c) == []
     assert os.listdir(c.rootfs / "tmp.old") == []
     assert "/etc" not in [ln.split()[4] for ln in c.sh("cat /proc/self/mountinfo").splitlines()]
@@ -383,8 +415,9 @@ class SharedContainer(Container):
         subprocess.run(["mount", "--bind", str(self.rootfs), str(self.rootfs)], check=True)
         subprocess.run(["mount", "--make-shared", str(self.rootfs)], check=True)
         mine = os.stat("/proc/self/ns/mnt").st_ino
-        self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "unchanged",
-                                      "sleep", "300"])
+        self.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "unchanged", "sleep", "300"]
+        )
         deadline = time.monotonic() + 10
         while os.stat(f"/proc/{self.proc.pid}/ns/mnt").st_ino == mine:
             assert time.monotonic() < deadline, "unshare did not enter a mount namespace"
@@ -393,20 +426,23 @@ class SharedContainer(Container):
 
     def stop(self) -> None:
         super().stop()
-        subprocess.run(["umount", "-R", "-l", str(self.rootfs)], capture_output=True,
-                       check=False)
+        subprocess.run(["umount", "-R", "-l", str(self.rootfs)], capture_output=True, check=False)
 
 
-def test_shared_rootfs_mount_gets_no_bind_on_the_host(box: Sandbox, made: list[Container],
-                                                      users: list[OsUser]) -> None:
+def test_shared_rootfs_mount_gets_no_bind_on_the_host(
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """Attack: bob's container's root file system is a shared mount, a peer of the host's
     (rootfsPropagation shared; Podman sets it for an rshared volume): the hook's binds
     propagated out of the container onto the host, where they stayed after it ended.
     Fixed: the hook refuses to bind on a shared mount."""
     _, bob = users
-    c = SharedContainer(box, "bob9", annotations={"org.jobns.job-id": "SH1"},
-                        process={"args": ["sh"], "env": ["PATH=/bin"],
-                                 "user": {"uid": bob.uid, "gid": bob.gid}})
+    c = SharedContainer(
+        box,
+        "bob9",
+        annotations={"org.jobns.job-id": "SH1"},
+        process={"args": ["sh"], "env": ["PATH=/bin"], "user": {"uid": bob.uid, "gid": bob.gid}},
+    )
     made.append(c)
     c.start()
     mounts_before = host_mounts(box)
@@ -418,8 +454,9 @@ def test_shared_rootfs_mount_gets_no_bind_on_the_host(box: Sandbox, made: list[C
     assert not [ln for ln in host_mounts(box) if str(c.rootfs) in ln]
 
 
-def test_oci_config_dry_run_shows_no_other_users_job(box: Sandbox, made: list[Container],
-                                                     users: list[OsUser]) -> None:
+def test_oci_config_dry_run_shows_no_other_users_job(
+    box: Sandbox, made: list[Container], users: list[OsUser]
+) -> None:
     """Attack: a dry run of oci-config for bob's bundle with alice's prolog job printed
     the config.json that binds her directories. Fixed: refused like the real run."""
     alice, bob = users

@@ -51,9 +51,13 @@ def test_root_join_never_runs_a_program_the_user_bound_over_usr_bin_id(world: Wo
     owner before joining, so the command (hers or not) runs as alice, never as uid 0."""
     alice = world.alice
     proof = proof_file(world)
-    evil = alices_file(world, "evil-id", "#!/bin/sh\n"
-                       "euid=$(awk '/^Uid:/{print $3}' /proc/self/status)\n"
-                       f"echo \"id $euid\" >> {proof}\necho \"$euid\"\n")
+    evil = alices_file(
+        world,
+        "evil-id",
+        "#!/bin/sh\n"
+        "euid=$(awk '/^Uid:/{print $3}' /proc/self/status)\n"
+        f'echo "id $euid" >> {proof}\necho "$euid"\n',
+    )
     r = world.setup("j1")
     assert r.returncode == 0, r.stderr
     plant(world, "j1", [(evil, "/usr/bin/id")])
@@ -71,15 +75,20 @@ def test_root_join_never_runs_a_program_the_user_bound_over_usr_bin_id(world: Wo
 
 
 def test_root_join_with_net_none_never_imports_python_the_user_bound_over_pyroute2(
-        world: World) -> None:
+    world: World,
+) -> None:
     """Attack: alice binds her own `pyroute2` package over the venv's inside her job's
     namespace; root runs `jobns run --job-id J --net none -- true`, which imports pyroute2
     after joining. Defence: root drops to alice before joining; root never imports from
     her namespace."""
     proof = proof_file(world)
-    site = subprocess.run([VENV_PY, "-c", "import os, pyroute2; "
-                           "print(os.path.dirname(pyroute2.__file__))"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    site = subprocess.run(
+        [VENV_PY, "-c", "import os, pyroute2; print(os.path.dirname(pyroute2.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     pkg = world.w / "evil-pyroute2"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
@@ -90,7 +99,8 @@ def test_root_join_with_net_none_never_imports_python_the_user_bound_over_pyrout
         "    def __enter__(self): return self\n"
         "    def __exit__(self, *a): return False\n"
         "    def link_lookup(self, **kw): return [1]\n"
-        "    def link(self, *a, **kw): return None\n")
+        "    def link(self, *a, **kw): return None\n"
+    )
     for p in (pkg, pkg / "__init__.py"):
         os.chown(p, world.alice.uid, world.alice.gid)
     pkg.chmod(0o755)
@@ -116,8 +126,9 @@ def test_root_naming_another_user_for_a_set_up_job_is_refused(world: World, who:
     one_line(r)
     assert not marker.exists()
     # The same through Slurm's variable.
-    r = world.box.run(["run", "--job-id", "j3", "--", "touch", str(marker)],
-                      env={"SLURM_JOB_USER": name})
+    r = world.box.run(
+        ["run", "--job-id", "j3", "--", "touch", str(marker)], env={"SLURM_JOB_USER": name}
+    )
     assert r.returncode == 125, (r.stdout, r.stderr)
     one_line(r)
     assert not marker.exists()
@@ -137,12 +148,17 @@ def test_root_may_still_join_a_job_set_up_for_root(world: World) -> None:
     world.assert_clean()
 
 
-@pytest.mark.parametrize("env", [
-    {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0"},
-    {"PMIX_NAMESPACE": "ompi.42", "PMIX_RANK": "3"},
-], ids=["slurm", "pmix"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0"},
+        {"PMIX_NAMESPACE": "ompi.42", "PMIX_RANK": "3"},
+    ],
+    ids=["slurm", "pmix"],
+)
 def test_root_join_with_pmix_env_runs_as_owner_and_leaves_no_root_pmix(
-        world: World, env: dict[str, str]) -> None:
+    world: World, env: dict[str, str]
+) -> None:
     """Attack: root (slurmstepd-like, PMIx variables set) runs `jobns run --job-id J`
     without --user in alice's job; a root-owned /tmp/pmix would lock her out of PMIx.
     Defence: the task runs as alice, /tmp/pmix is hers, and her later task works."""
@@ -153,8 +169,12 @@ def test_root_join_with_pmix_env_runs_as_owner_and_leaves_no_root_pmix(
     top = world.box.local / "job-j5/tmp/pmix"
     owners = {p: p.lstat().st_uid for p in [top, *top.rglob("*")] if p.exists()}
     assert all(uid == alice.uid for uid in owners.values()), owners
-    r = world.run("j5", "echo $PMIX_PROCDIR; test -d $PMIX_PROCDIR", user=alice,
-                  env={"SLURM_STEP_ID": "1", "SLURM_PROCID": "2"})
+    r = world.run(
+        "j5",
+        "echo $PMIX_PROCDIR; test -d $PMIX_PROCDIR",
+        user=alice,
+        env={"SLURM_STEP_ID": "1", "SLURM_PROCID": "2"},
+    )
     assert r.returncode == 0, r.stderr
     assert world.teardown("j5").returncode == 0
     world.assert_clean()
@@ -167,11 +187,11 @@ def test_pmix_dir_symlinked_by_the_user_is_never_followed_by_root(world: World) 
     decoy = world.decoy()
     before = snapshot(decoy)
     assert world.setup("j6").returncode == 0
-    r = world.run("j6", f"rm -rf /tmp/pmix; ln -s {decoy} /tmp/pmix",
-                  user=world.alice)
+    r = world.run("j6", f"rm -rf /tmp/pmix; ln -s {decoy} /tmp/pmix", user=world.alice)
     assert r.returncode == 0, r.stderr
-    r = world.box.run(["run", "--job-id", "j6", "--", "true"],
-                      env={"SLURM_STEP_ID": "0", "SLURM_PROCID": "0"})
+    r = world.box.run(
+        ["run", "--job-id", "j6", "--", "true"], env={"SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}
+    )
     no_crash(r)
     assert snapshot(decoy) == before, "root created PMIx directories through alice's link"
     assert world.teardown("j6").returncode == 0
@@ -189,8 +209,9 @@ def test_root_run_from_a_cwd_the_user_replaced_with_a_symlink(world: World) -> N
     try:
         assert world.setup("j7").returncode == 0
         assert world.run("j7", f"ln -s {decoy} {here}", user=world.alice).returncode == 0
-        r = world.box.run(["run", "--job-id", "j7", "--", "sh", "-c", "id -u; ls -A ."],
-                          cwd=str(here))
+        r = world.box.run(
+            ["run", "--job-id", "j7", "--", "sh", "-c", "id -u; ls -A ."], cwd=str(here)
+        )
         no_crash(r)
         lines = r.stdout.split()
         assert lines[:1] == [str(world.alice.uid)], (r.stdout, r.stderr)
@@ -201,22 +222,34 @@ def test_root_run_from_a_cwd_the_user_replaced_with_a_symlink(world: World) -> N
     world.assert_clean()
 
 
-@pytest.mark.parametrize(("env", "as_root"), [
-    ({"PMIX_NAMESPACE": "../../../etc"}, False),
-    ({"PMIX_NAMESPACE": ".."}, True),
-    ({"SLURM_STEP_ID": "0/../../../etc"}, False),
-    ({"SLURM_PROCID": "1/../../x"}, True),
-    ({"PMIX_RANK": "-1"}, False),
-    ({"PMIX_NAMESPACE": "a\nb"}, False),
-], ids=["nspace-up", "nspace-dotdot-root", "step-id", "procid-root", "rank-negative",
-        "nspace-newline"])
-def test_pmix_identity_traversal_is_refused(world: World, env: dict[str, str],
-                                            as_root: bool) -> None:
+@pytest.mark.parametrize(
+    ("env", "as_root"),
+    [
+        ({"PMIX_NAMESPACE": "../../../etc"}, False),
+        ({"PMIX_NAMESPACE": ".."}, True),
+        ({"SLURM_STEP_ID": "0/../../../etc"}, False),
+        ({"SLURM_PROCID": "1/../../x"}, True),
+        ({"PMIX_RANK": "-1"}, False),
+        ({"PMIX_NAMESPACE": "a\nb"}, False),
+    ],
+    ids=[
+        "nspace-up",
+        "nspace-dotdot-root",
+        "step-id",
+        "procid-root",
+        "rank-negative",
+        "nspace-newline",
+    ],
+)
+def test_pmix_identity_traversal_is_refused(
+    world: World, env: dict[str, str], as_root: bool
+) -> None:
     """Attack: hostile PMIx/Slurm variables become path components of the PMIx session
     directories. Defence: exit 125 with one line; nothing is created anywhere."""
     assert world.setup("j8").returncode == 0
-    r = world.box.run(["run", "--job-id", "j8", "--", "true"],
-                      user=None if as_root else world.alice, env=env)
+    r = world.box.run(
+        ["run", "--job-id", "j8", "--", "true"], user=None if as_root else world.alice, env=env
+    )
     assert r.returncode == 125, (r.stdout, r.stderr)
     one_line(r)
     assert sorted(os.listdir(world.box.local / "job-j8/tmp")) in ([], ["pmix"])
@@ -230,31 +263,40 @@ def _bad_config(world: World, kind: str) -> Path:
         d.mkdir()
         return d
     p = world.box.root / f"bad-{kind}.toml"
-    body = {"kill_wait-nan": "kill_wait = nan\n", "kill_wait-inf": "kill_wait = inf\n",
-            "binary": "\udcff\udcfe\0\n", "base-relative": 'local_base = "../../etc"\n'}[kind]
+    body = {
+        "kill_wait-nan": "kill_wait = nan\n",
+        "kill_wait-inf": "kill_wait = inf\n",
+        "binary": "\udcff\udcfe\0\n",
+        "base-relative": 'local_base = "../../etc"\n',
+    }[kind]
     p.write_bytes(body.encode(errors="surrogateescape"))
     return p
 
 
-@pytest.mark.parametrize("kind", ["directory", "kill_wait-nan", "kill_wait-inf", "binary",
-                                  "base-relative"])
+@pytest.mark.parametrize(
+    "kind", ["directory", "kill_wait-nan", "kill_wait-inf", "binary", "base-relative"]
+)
 @pytest.mark.parametrize("sub", ["run", "setup", "teardown", "status", "gc", "env"])
 def test_bad_config_is_one_line_never_a_traceback(world: World, kind: str, sub: str) -> None:
     """Attack: a config jobns cannot use (a directory, kill_wait = nan/inf, binary junk, a
     relative base). Defence: every subcommand exits 125 with one `jobns:` line, no
     traceback, no internal error, and nothing is created."""
     conf = _bad_config(world, kind)
-    args = {"run": ["--job-id", "c1", "--", "true"], "setup": ["--job-id", "c1"],
-            "teardown": ["--job-id", "c1"], "status": [], "gc": ["--no-slurm"],
-            "env": ["--job-id", "c1"]}[sub]
+    args = {
+        "run": ["--job-id", "c1", "--", "true"],
+        "setup": ["--job-id", "c1"],
+        "teardown": ["--job-id", "c1"],
+        "status": [],
+        "gc": ["--no-slurm"],
+        "env": ["--job-id", "c1"],
+    }[sub]
     r = world.box.run([sub, "--config", str(conf), *args])
     assert r.returncode == 125, (r.returncode, r.stdout, r.stderr)
     one_line(r)
     world.assert_clean()
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "-1", "86401", "0x10",
-                                   "", "NaN"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "-1", "86401", "0x10", "", "NaN"])
 @pytest.mark.parametrize("sub", ["run", "setup"])
 def test_bad_kill_wait_is_one_line(world: World, value: str, sub: str) -> None:
     """Attack: --kill-wait that is not a number of seconds in range (nan, inf, ...), as

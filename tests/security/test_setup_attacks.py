@@ -49,15 +49,22 @@ def test_setup_holder_holds_no_fd_of_roots(world: World) -> None:
     holders = 0
     for attempt in range(12):
         job = f"h{attempt}"
-        p = world.start_jobns(["setup", "--job-id", job, "--user", alice.name], user=None,
-                              env={PAUSE: "pending"}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+        p = world.start_jobns(
+            ["setup", "--job-id", job, "--user", alice.name],
+            user=None,
+            env={PAUSE: "pending"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         # Paused right after the record is written: the lock file exists, no child yet.
         deadline = time.monotonic() + 20
         while proc_state(p.pid) != "T" and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        protected = {identity(box.local): "local_base", identity(box.shm): "shm_base",
-                     identity(box.state): "state_dir"}
+        protected = {
+            identity(box.local): "local_base",
+            identity(box.shm): "shm_base",
+            identity(box.state): "state_dir",
+        }
         for root, dirs, files in os.walk(box.state):
             for n in [*dirs, *files]:
                 protected[identity(Path(root) / n)] = str(Path(root) / n)
@@ -81,14 +88,16 @@ def test_setup_holder_holds_no_fd_of_roots(world: World) -> None:
                     time.sleep(0.05)  # let it reach its wait for root's pins
                     own = (str(box.local / f"job-{job}"), str(box.shm / f"job-{job}"))
                     for fd, target in fd_targets(kid).items():
-                        if target.startswith("/") and target != "/dev/null" and \
-                                not target.startswith(own):
+                        if (
+                            target.startswith("/")
+                            and target != "/dev/null"
+                            and not target.startswith(own)
+                        ):
                             violations.append(f"holder fd {fd} -> {target}")
                     stolen = json.loads(world.python(alice, STEAL_FDS, str(kid)).stdout)
                     for fd, dev, ino in stolen["got"]:
                         if (dev, ino) in protected:
-                            violations.append(f"alice got holder fd {fd}: "
-                                              f"{protected[(dev, ino)]}")
+                            violations.append(f"alice got holder fd {fd}: {protected[(dev, ino)]}")
             finally:
                 os.kill(p.pid, signal.SIGCONT)
         _, err = p.communicate(timeout=60)
@@ -96,8 +105,9 @@ def test_setup_holder_holds_no_fd_of_roots(world: World) -> None:
         assert world.teardown(job).returncode == 0
         if holders:
             break
-    assert holders, "never caught the namespace holder in 12 setups (a child of setup " \
-        "that became the job user)"
+    assert holders, (
+        "never caught the namespace holder in 12 setups (a child of setup that became the job user)"
+    )
     assert violations == [], "\n".join(violations)
     world.assert_clean()
 
@@ -118,9 +128,12 @@ def squat(world: World, base: Path, name: str, kind: str, tree: bool, decoy: Pat
         "file": f"echo bobs > {path} && chmod 644 {path}",
         "symlink": f"ln -s {decoy} {path}",
         "fifo": f"mkfifo -m 600 {path}",
-        "exact": f"mkdir -m 700 {path} && " + (
+        "exact": f"mkdir -m 700 {path} && "
+        + (
             f"mkdir -m 1777 {path}/tmp {path}/var_tmp && echo bobs > {path}/tmp/bobs.txt"
-            if tree else f"echo bobs > {path}/bobs.txt"),
+            if tree
+            else f"echo bobs > {path}/bobs.txt"
+        ),
     }[kind]
     r = world.as_user(bob, ["sh", "-c", script])
     assert r.returncode == 0, r.stderr
@@ -146,8 +159,11 @@ def test_squatted_job_dirs_are_moved_aside_and_never_used(world: World, kind: st
     r = world.setup("40")
     assert r.returncode == 0, r.stderr
     no_crash(r)
-    r = world.run("40", "ls -A /tmp; echo --; ls -A /dev/shm; echo mine > /tmp/a; "
-                  "echo mine > /dev/shm/b", user=alice)
+    r = world.run(
+        "40",
+        "ls -A /tmp; echo --; ls -A /dev/shm; echo mine > /tmp/a; echo mine > /dev/shm/b",
+        user=alice,
+    )
     assert r.returncode == 0, r.stderr
     tmp, shm = r.stdout.split("--\n")
     assert set(tmp.split()) <= {"pmix"} and shm.split() == [], r.stdout
@@ -159,8 +175,11 @@ def test_squatted_job_dirs_are_moved_aside_and_never_used(world: World, kind: st
         assert st.st_uid == bob.uid, f"{aside} was chowned"
         # The very entry bob made, renamed: same snapshot under the new name.
         old = [e for e in before[base] if e[0] == "job-40" or e[0].startswith("job-40/")]
-        new = [(e[0].replace(aside.name, "job-40", 1), *e[1:]) for e in snapshot(base)
-               if e[0] == aside.name or e[0].startswith(aside.name + "/")]
+        new = [
+            (e[0].replace(aside.name, "job-40", 1), *e[1:])
+            for e in snapshot(base)
+            if e[0] == aside.name or e[0].startswith(aside.name + "/")
+        ]
         assert sorted(new) == sorted(old)
         job_dir = base / "job-40"
         assert job_dir.is_dir() and not job_dir.is_symlink()
@@ -215,8 +234,7 @@ def test_per_node_shared_job_dir_squatted_by_bob(world: World, kind: str) -> Non
     assert snapshot(decoy) == decoy_before
     kept = entries(box.shared, "job-42~moved-") or [box.shared / "job-42"]
     assert len(kept) == 1
-    renamed = [(e[0].replace(kept[0].name, "job-42", 1), *e[1:])
-               for e in snapshot(box.shared)]
+    renamed = [(e[0].replace(kept[0].name, "job-42", 1), *e[1:]) for e in snapshot(box.shared)]
     assert sorted(renamed) == sorted(bobs), "bob's entry changed"
     world.assert_clean(keep=kept)
 
@@ -224,15 +242,20 @@ def test_per_node_shared_job_dir_squatted_by_bob(world: World, kind: str) -> Non
 # ------------------------------------------------------------------ contract 3b
 
 
-@pytest.mark.parametrize(("comment", "config", "needle"), [
-    ("jobns: shm capacity=2gib", "", "2gib"),
-    ("jobns: shm capacity=3MiB", '[capacity]\nshm_max = "1MiB"\n', "shm_max"),
-    ("jobns: tmp capacity=1N", "", "1N"),
-    ("jobns: tmp capacity=1MiB; shared_tmpdir", "", "local layout"),
-    ("jobns: stage_in source=/etc/shadow destination=/tmp/x", "", "/etc/shadow"),
-], ids=["unit", "over-cap", "nodes", "contradiction", "stage-outside"])
+@pytest.mark.parametrize(
+    ("comment", "config", "needle"),
+    [
+        ("jobns: shm capacity=2gib", "", "2gib"),
+        ("jobns: shm capacity=3MiB", '[capacity]\nshm_max = "1MiB"\n', "shm_max"),
+        ("jobns: tmp capacity=1N", "", "1N"),
+        ("jobns: tmp capacity=1MiB; shared_tmpdir", "", "local layout"),
+        ("jobns: stage_in source=/etc/shadow destination=/tmp/x", "", "/etc/shadow"),
+    ],
+    ids=["unit", "over-cap", "nodes", "contradiction", "stage-outside"],
+)
 def test_bad_directive_in_job_comment_fails_only_the_job(
-        world: World, comment: str, config: str, needle: str) -> None:
+    world: World, comment: str, config: str, needle: str
+) -> None:
     """Attack: the job comment (SLURM_JOB_COMMENT, the user's) carries an invalid
     directive. Defence: setup exits 0 naming the reason; every task of the job exits 125
     with one line saying it was refused; teardown exits 0 and leaves nothing."""
@@ -282,8 +305,9 @@ def test_many_failing_stage_in_directives_fail_the_job_in_bounded_time(world: Wo
     stage = world.box.root / "stage"
     stage.mkdir(mode=0o755)
     world.box.write_config(f'[staging]\nstage_roots = ["{stage}"]\n')
-    directives = "; ".join(f"stage_in source={stage}/missing-{i} destination=/tmp/f{i}"
-                           for i in range(1200))
+    directives = "; ".join(
+        f"stage_in source={stage}/missing-{i} destination=/tmp/f{i}" for i in range(1200)
+    )
     t0 = time.monotonic()
     r = world.setup("46", "--directives", directives, timeout=120)
     assert r.returncode == 0, r.stderr[-500:]
@@ -322,24 +346,36 @@ def test_capacity_tmpfs_never_lands_where_the_user_renamed_her_tree(world: World
     tree path; after teardown nothing is mounted."""
     box, alice = world.box, world.alice
     stop = world.w / "stop"
-    racer = world.start(alice, ["/usr/bin/python3", "-c", RENAMER, str(stop), str(box.local),
-                                str(box.shm), "job-race"], stdout=subprocess.PIPE)
+    racer = world.start(
+        alice,
+        ["/usr/bin/python3", "-c", RENAMER, str(stop), str(box.local), str(box.shm), "job-race"],
+        stdout=subprocess.PIPE,
+    )
     allowed = {str(box.local / "job-race"), str(box.shm / "job-race")}
 
     def capacity_mounts() -> list[str]:
-        return [t for t, fstype, src in mounts() if fstype == "tmpfs" and
-                src.startswith("jobns-") and t.startswith((str(box.root), str(box.shm)))
-                and t != str(box.state)]
+        return [
+            t
+            for t, fstype, src in mounts()
+            if fstype == "tmpfs"
+            and src.startswith("jobns-")
+            and t.startswith((str(box.root), str(box.shm)))
+            and t != str(box.state)
+        ]
 
     problems: list[str] = []
     try:
         for i in range(30):
             r = world.setup("race", "--directives", "tmp capacity=64MiB; shm capacity=64MiB")
-            if r.returncode not in (0, 125) or "Traceback" in r.stderr or \
-                    "internal error" in r.stderr:
+            if (
+                r.returncode not in (0, 125)
+                or "Traceback" in r.stderr
+                or "internal error" in r.stderr
+            ):
                 problems.append(f"setup {i}: {r.returncode} {r.stderr.strip()}")
-            elif r.returncode == 125 and (r.stderr.count("\n") != 1
-                                          or not r.stderr.startswith("jobns: ")):
+            elif r.returncode == 125 and (
+                r.stderr.count("\n") != 1 or not r.stderr.startswith("jobns: ")
+            ):
                 problems.append(f"setup {i}: not one line: {r.stderr!r}")
             for target in capacity_mounts():
                 if target not in allowed:
@@ -369,9 +405,16 @@ def test_capacity_tmpfs_never_lands_where_the_user_renamed_her_tree(world: World
 
 def make_exact_tree(world: World, user: OsUser, job: str) -> list[Path]:
     local, shm = world.box.local / f"job-{job}", world.box.shm / f"job-{job}"
-    r = world.as_user(user, ["sh", "-c", f"mkdir -m 700 {local} {shm} && "
-                             f"mkdir -m 1777 {local}/tmp {local}/var_tmp && "
-                             f"echo hers > {local}/tmp/hers"])
+    r = world.as_user(
+        user,
+        [
+            "sh",
+            "-c",
+            f"mkdir -m 700 {local} {shm} && "
+            f"mkdir -m 1777 {local}/tmp {local}/var_tmp && "
+            f"echo hers > {local}/tmp/hers",
+        ],
+    )
     assert r.returncode == 0, r.stderr
     return [local, shm]
 
@@ -392,8 +435,9 @@ def test_users_lock_on_her_premade_tree_cannot_hang_setup(world: World) -> None:
     share-locks a tree it reuses blocks forever (the prolog hangs, Slurm drains the node).
     Defence: setup exits 0 within a bounded time (the job works or is refused)."""
     made = make_exact_tree(world, world.alice, "47")
-    locker = world.start(world.alice, ["/usr/bin/python3", "-c", FLOCKER, *map(str, made)],
-                         stdout=subprocess.PIPE)
+    locker = world.start(
+        world.alice, ["/usr/bin/python3", "-c", FLOCKER, *map(str, made)], stdout=subprocess.PIPE
+    )
     assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
     t0 = time.monotonic()
     try:
@@ -409,8 +453,7 @@ def test_users_lock_on_her_premade_tree_cannot_hang_setup(world: World) -> None:
     os.killpg(locker.pid, signal.SIGKILL)
     locker.wait(timeout=10)
     assert world.teardown("47").returncode == 0
-    keep = [*entries(world.box.local, "job-47~moved-"), *entries(world.box.shm,
-                                                                  "job-47~moved-")]
+    keep = [*entries(world.box.local, "job-47~moved-"), *entries(world.box.shm, "job-47~moved-")]
     for p in keep:
         assert p.lstat().st_uid == world.alice.uid
     world.assert_clean(keep=keep)
@@ -435,8 +478,7 @@ def test_fuse_mounted_on_her_future_shm_dir_before_setup(world: World, fuse: Fus
     else:
         refused(r)
     assert world.teardown("48").returncode == 0
-    assert [m for m in mounts() if not m[0].startswith((str(box.root), str(box.shm)))] \
-        == outside
+    assert [m for m in mounts() if not m[0].startswith((str(box.root), str(box.shm)))] == outside
     keep = entries(box.shm, "job-48~moved-")
     world.assert_clean(keep=keep)
 
@@ -447,12 +489,14 @@ def test_fuse_mounted_on_her_future_shm_dir_before_setup(world: World, fuse: Fus
 BAD_IDS = ["../x", "a/b", ".", "..", "x\ny", "x" * 129, "a b", "job\u2215x", "", "../../etc"]
 
 
-ID_CASES = [(job_id, via) for job_id in BAD_IDS for via in ("flag", "env")
-            if job_id or via == "flag"]  # an empty SLURM_JOB_ID is no id at all
+ID_CASES = [
+    (job_id, via) for job_id in BAD_IDS for via in ("flag", "env") if job_id or via == "flag"
+]  # an empty SLURM_JOB_ID is no id at all
 
 
-@pytest.mark.parametrize(("job_id", "via"), ID_CASES,
-                         ids=[f"id{BAD_IDS.index(i)}-{v}" for i, v in ID_CASES])
+@pytest.mark.parametrize(
+    ("job_id", "via"), ID_CASES, ids=[f"id{BAD_IDS.index(i)}-{v}" for i, v in ID_CASES]
+)
 @pytest.mark.parametrize("sub", ["setup", "teardown", "run", "env"])
 def test_job_id_traversal_is_refused(world: World, job_id: str, via: str, sub: str) -> None:
     """Attack: a job id that is not one path component (`../x`, `a/b`, `.`, `..`, a
@@ -470,8 +514,17 @@ def test_job_id_traversal_is_refused(world: World, job_id: str, via: str, sub: s
     world.assert_clean()
 
 
-BAD_USERS = ["../root", "a/b", "root/../jobnsbob", "x\ny", "y" * 300, "-1",
-             "jobnsalice\n", "4294967295", "99999999999999999999"]
+BAD_USERS = [
+    "../root",
+    "a/b",
+    "root/../jobnsbob",
+    "x\ny",
+    "y" * 300,
+    "-1",
+    "jobnsalice\n",
+    "4294967295",
+    "99999999999999999999",
+]
 
 
 @pytest.mark.parametrize("name", BAD_USERS, ids=[f"user{i}" for i in range(len(BAD_USERS))])
@@ -488,8 +541,7 @@ def test_user_name_traversal_is_refused(world: World, name: str, via: str) -> No
     world.assert_clean()
 
 
-@pytest.mark.parametrize("name", ["..", "../../etc", "a/../../..", "/etc", "x/../..",
-                                  "n" * 5000])
+@pytest.mark.parametrize("name", ["..", "../../etc", "a/../../..", "/etc", "x/../..", "n" * 5000])
 def test_hostile_job_name_in_symbol_substitution(world: World, name: str) -> None:
     """Attack: SLURM_JOB_NAME (the user's) substituted for %x in a stage_out destination
     climbs out of the stage root. Defence: setup exits 0 and the job is refused; nothing
@@ -500,9 +552,12 @@ def test_hostile_job_name_in_symbol_substitution(world: World, name: str) -> Non
     os.chown(stage / world.alice.name, world.alice.uid, world.alice.gid)
     world.box.write_config(f'[staging]\nstage_roots = ["{stage}"]\n')
     before = snapshot(world.box.root)
-    r = world.setup("50", "--directives",
-                    f"stage_out source=/tmp/o destination={stage}/%u/%x",
-                    env={"SLURM_JOB_NAME": name})
+    r = world.setup(
+        "50",
+        "--directives",
+        f"stage_out source=/tmp/o destination={stage}/%u/%x",
+        env={"SLURM_JOB_NAME": name},
+    )
     assert r.returncode == 0, r.stderr
     no_crash(r)
     refused(world.run("50", "echo o > /tmp/o", user=world.alice))
@@ -517,8 +572,7 @@ def test_directives_smuggled_by_newlines_in_the_job_comment(world: World) -> Non
     ("...\\n#JOBNS stage_in source=/etc/shadow ..."). Defence: setup exits 0, the job is
     refused (or the smuggled line is not a directive), and nothing of /etc/shadow is
     copied into the job."""
-    comment = "jobns: shm capacity=1MiB\n#JOBNS stage_in source=/etc/shadow " \
-              "destination=/tmp/loot\n"
+    comment = "jobns: shm capacity=1MiB\n#JOBNS stage_in source=/etc/shadow destination=/tmp/loot\n"
     r = world.setup("51", env={"SLURM_JOB_COMMENT": comment})
     assert r.returncode == 0, r.stderr
     no_crash(r)
@@ -560,15 +614,20 @@ def test_per_node_shared_job_dir_swapped_for_a_symlink_during_setup(world: World
     decoy = world.decoy()
     decoy_before = snapshot(decoy)
     stop = world.w / "stop"
-    racer = world.start(world.alice, ["/usr/bin/python3", "-c", SWAPPER, str(stop),
-                                      str(box.shared), "job-pn", str(decoy)],
-                        stdout=subprocess.PIPE)
+    racer = world.start(
+        world.alice,
+        ["/usr/bin/python3", "-c", SWAPPER, str(stop), str(box.shared), "job-pn", str(decoy)],
+        stdout=subprocess.PIPE,
+    )
     problems: list[str] = []
     try:
         for i in range(20):
             r = world.setup("pn", "--use-shared-tmpdir=per-node")
-            if r.returncode not in (0, 125) or "Traceback" in r.stderr or \
-                    "internal error" in r.stderr:
+            if (
+                r.returncode not in (0, 125)
+                or "Traceback" in r.stderr
+                or "internal error" in r.stderr
+            ):
                 problems.append(f"setup {i}: {r.returncode} {r.stderr.strip()}")
             r = world.teardown("pn")
             if r.returncode != 0:
@@ -601,15 +660,23 @@ def test_tree_swapped_for_a_symlink_during_setup_and_teardown(world: World) -> N
     decoy = world.decoy()
     decoy_before = snapshot(decoy)
     stop = world.w / "stop"
-    racers = [world.start(world.alice, ["/usr/bin/python3", "-c", SWAPPER, str(stop),
-                                        str(base), "job-sw", str(decoy)],
-                          stdout=subprocess.PIPE) for base in (box.local, box.shm)]
+    racers = [
+        world.start(
+            world.alice,
+            ["/usr/bin/python3", "-c", SWAPPER, str(stop), str(base), "job-sw", str(decoy)],
+            stdout=subprocess.PIPE,
+        )
+        for base in (box.local, box.shm)
+    ]
     problems: list[str] = []
     try:
         for i in range(20):
             r = world.setup("sw")
-            if r.returncode not in (0, 125) or "Traceback" in r.stderr or \
-                    "internal error" in r.stderr:
+            if (
+                r.returncode not in (0, 125)
+                or "Traceback" in r.stderr
+                or "internal error" in r.stderr
+            ):
                 problems.append(f"setup {i}: {r.returncode} {r.stderr.strip()}")
             r = world.teardown("sw")
             if r.returncode != 0:
@@ -656,8 +723,11 @@ def test_squatter_recreating_the_job_dir_in_a_loop_cannot_block_setup(world: Wor
     (a squatter never blocks); bob's entries are moved aside, still his."""
     box, bob = world.box, world.bob
     stop = world.w / "stop"
-    squatter = world.start(bob, ["/usr/bin/python3", "-c", SQUATTER, str(stop), "job-52",
-                                 str(box.local), str(box.shm)], stdout=subprocess.PIPE)
+    squatter = world.start(
+        bob,
+        ["/usr/bin/python3", "-c", SQUATTER, str(stop), "job-52", str(box.local), str(box.shm)],
+        stdout=subprocess.PIPE,
+    )
     time.sleep(0.3)
     try:
         r = world.setup("52", timeout=60)
@@ -678,7 +748,8 @@ def test_squatter_recreating_the_job_dir_in_a_loop_cannot_block_setup(world: Wor
 
 
 def test_stalled_fuse_on_her_future_job_dir_cannot_hang_setup(
-        world: World, fuse_allow_other: Fuse) -> None:
+    world: World, fuse_allow_other: Fuse
+) -> None:
     """Attack (site with user_allow_other): alice makes shm_base/job-N herself, FUSE-mounts
     it with allow_root and stops the server (SIGSTOP), so root's first stat() of job-N
     blocks forever: the prolog hangs and Slurm drains the node. Defence: setup exits 0

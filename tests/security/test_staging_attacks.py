@@ -55,8 +55,7 @@ def test_stage_out_to_a_place_she_cannot_write_keeps_her_outputs(world: World) -
     stage = stage_root(world)
     locked = stage / "locked"
     locked.mkdir(mode=0o755)
-    r = world.setup("80", "--directives",
-                    f"stage_out source=/tmp/out destination={locked}/out")
+    r = world.setup("80", "--directives", f"stage_out source=/tmp/out destination={locked}/out")
     assert r.returncode == 0, r.stderr
     assert world.run("80", "echo result > /tmp/out", user=world.alice).returncode == 0
     r = world.teardown("80")
@@ -85,8 +84,12 @@ def test_stage_out_destination_symlinked_to_a_root_directory(world: World) -> No
     link = stage / world.alice.name / "out"
     link.symlink_to(decoy)
     os.lchown(link, world.alice.uid, world.alice.gid)
-    assert world.setup("81", "--directives",
-                       f"stage_out source=/tmp/o destination={link}/planted").returncode == 0
+    assert (
+        world.setup(
+            "81", "--directives", f"stage_out source=/tmp/o destination={link}/planted"
+        ).returncode
+        == 0
+    )
     assert world.run("81", "echo o > /tmp/o", user=world.alice).returncode == 0
     r = world.teardown("81")
     assert r.returncode == 0, r.stderr
@@ -103,8 +106,10 @@ def test_stage_out_source_symlinked_to_etc_shadow(world: World) -> None:
     it: no byte of /etc/shadow reaches her; teardown exits 0."""
     stage = stage_root(world)
     dest = stage / world.alice.name / "loot"
-    assert world.setup("82", "--directives",
-                       f"stage_out source=/tmp/s destination={dest}").returncode == 0
+    assert (
+        world.setup("82", "--directives", f"stage_out source=/tmp/s destination={dest}").returncode
+        == 0
+    )
     assert world.run("82", "ln -s /etc/shadow /tmp/s", user=world.alice).returncode == 0
     r = world.teardown("82")
     assert r.returncode == 0, r.stderr
@@ -158,8 +163,7 @@ def test_stage_in_directory_with_links_to_secrets_copies_links_only(world: World
     r = world.setup("84", "--directives", f"stage_in source={src} destination=/tmp/in")
     assert r.returncode == 0, r.stderr
     no_crash(r)
-    r = world.run("84", "cat /tmp/in/real; readlink /tmp/in/shadow /tmp/in/dir",
-                  user=world.alice)
+    r = world.run("84", "cat /tmp/in/real; readlink /tmp/in/shadow /tmp/in/dir", user=world.alice)
     if r.returncode == 0:
         assert r.stdout.split() == ["real", "/etc/shadow", str(decoy)], r.stdout
     else:
@@ -179,8 +183,10 @@ def arc_site(world: World) -> tuple[Path, Path]:
     sessions, scratch = world.box.root / "sessions", world.box.root / "scratch"
     for d in (sessions, scratch):
         d.mkdir(mode=0o755)
-    world.box.write_config(f'[arc]\nshared_filesystem = true\nscratchdir = "{scratch}"\n'
-                           f'[staging]\nsession_roots = ["{sessions}"]\n')
+    world.box.write_config(
+        f'[arc]\nshared_filesystem = true\nscratchdir = "{scratch}"\n'
+        f'[staging]\nsession_roots = ["{sessions}"]\n'
+    )
     return sessions, scratch
 
 
@@ -238,8 +244,11 @@ def test_session_dir_swapped_for_a_link_before_teardown(world: World) -> None:
         os.chown(p, world.alice.uid, world.alice.gid)
     r = world.setup("86", "--session-dir", str(mine))
     assert r.returncode == 0, r.stderr
-    r = world.run("86", f"echo out > {scratch}/ARCalice/out.txt; "
-                  f"ln -s {bob_dir} {scratch}/ARCalice/results", user=world.alice)
+    r = world.run(
+        "86",
+        f"echo out > {scratch}/ARCalice/out.txt; ln -s {bob_dir} {scratch}/ARCalice/results",
+        user=world.alice,
+    )
     assert r.returncode == 0, r.stderr
     r = world.teardown("86")
     assert r.returncode == 0, r.stderr

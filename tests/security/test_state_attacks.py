@@ -54,9 +54,15 @@ def test_bob_cannot_plant_anything_in_the_state_directory(world: World) -> None:
     root-only: every attempt fails with PermissionError; a later setup is unaffected."""
     assert world.setup("91").returncode == 0
     state, jobs = world.box.state, world.box.state / "jobs"
-    attempts = [f"open:{state}/junk", f"mkdir:{jobs}/92", f"open:{jobs}/92.lock",
-                f"symlink:{jobs}/93", f"open:{jobs}/91/run.env.tmp-1", f"mkdir:{jobs}/91/ns/x",
-                f"open:{jobs}/91/state.json"]
+    attempts = [
+        f"open:{state}/junk",
+        f"mkdir:{jobs}/92",
+        f"open:{jobs}/92.lock",
+        f"symlink:{jobs}/93",
+        f"open:{jobs}/91/run.env.tmp-1",
+        f"mkdir:{jobs}/91/ns/x",
+        f"open:{jobs}/91/state.json",
+    ]
     code = r"""
 import os, sys
 for a in sys.argv[1:]:
@@ -89,14 +95,19 @@ def test_bob_cannot_join_alices_job(world: World, how: str) -> None:
     user, or through Slurm's variables. Defence: 125 and one line; nothing runs; her
     files stay hers."""
     assert world.setup("93").returncode == 0
-    assert world.run("93", "echo secret > /tmp/s; chmod 600 /tmp/s",
-                     user=world.alice).returncode == 0
+    assert (
+        world.run("93", "echo secret > /tmp/s; chmod 600 /tmp/s", user=world.alice).returncode == 0
+    )
     marker = world.w / "bob-ran"
-    args = {"plain": ["--job-id", "93"], "user-flag": ["--job-id", "93", "--user", "jobnsalice"],
-            "slurm-env": []}[how]
+    args = {
+        "plain": ["--job-id", "93"],
+        "user-flag": ["--job-id", "93", "--user", "jobnsalice"],
+        "slurm-env": [],
+    }[how]
     env = {"SLURM_JOB_ID": "93", "SLURM_JOB_USER": "jobnsalice"} if how == "slurm-env" else None
-    r = world.box.run(["run", *args, "--", "sh", "-c", f"cat /tmp/s; touch {marker}"],
-                      user=world.bob, env=env)
+    r = world.box.run(
+        ["run", *args, "--", "sh", "-c", f"cat /tmp/s; touch {marker}"], user=world.bob, env=env
+    )
     assert r.returncode == 125, (r.stdout, r.stderr)
     one_line(r)
     assert "secret" not in r.stdout and not marker.exists()
@@ -104,17 +115,29 @@ def test_bob_cannot_join_alices_job(world: World, how: str) -> None:
     world.assert_clean()
 
 
-@pytest.mark.parametrize("argv", [
-    ["setup", "--job-id", "94", "--user", "jobnsbob"],
-    ["setup", "--job-id", "95"],
-    ["teardown", "--job-id", "94"],
-    ["teardown", "--job-id", "94", "--force", "--hurry"],
-    ["gc"],
-    ["gc", "--no-slurm"],
-    ["recover", "--job-id", "94"],
-    ["recover"],
-], ids=["setup-hers", "setup-new", "teardown", "teardown-force", "gc", "gc-no-slurm",
-        "recover-hers", "recover-all"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["setup", "--job-id", "94", "--user", "jobnsbob"],
+        ["setup", "--job-id", "95"],
+        ["teardown", "--job-id", "94"],
+        ["teardown", "--job-id", "94", "--force", "--hurry"],
+        ["gc"],
+        ["gc", "--no-slurm"],
+        ["recover", "--job-id", "94"],
+        ["recover"],
+    ],
+    ids=[
+        "setup-hers",
+        "setup-new",
+        "teardown",
+        "teardown-force",
+        "gc",
+        "gc-no-slurm",
+        "recover-hers",
+        "recover-all",
+    ],
+)
 def test_bob_cannot_run_root_subcommands(world: World, argv: list[str]) -> None:
     """Attack: bob runs the root-only subcommands against alice's job (or all jobs).
     Defence: 125 and one line saying root is needed; alice's job is unaffected."""
@@ -139,8 +162,11 @@ def test_bob_cannot_ptrace_or_steal_from_alices_job_tasks(world: World) -> None:
     assert r.stdout.strip() == "errno 1", r.stdout + r.stderr
     stolen = json.loads(world.python(world.bob, STEAL_FDS, str(pid)).stdout)
     assert stolen["got"] == [] and stolen["errors"] == [1], stolen
-    got = opened(world, world.bob, [Path(f"/proc/{pid}/environ"), Path(f"/proc/{pid}/ns/mnt"),
-                                    Path(f"/proc/{pid}/root/tmp")])
+    got = opened(
+        world,
+        world.bob,
+        [Path(f"/proc/{pid}/environ"), Path(f"/proc/{pid}/ns/mnt"), Path(f"/proc/{pid}/root/tmp")],
+    )
     assert set(got.values()) == {"PermissionError"}, got
     assert world.teardown("96").returncode == 0
     world.assert_clean()
@@ -155,8 +181,9 @@ def test_alice_cannot_reach_root_processes_of_her_own_job(world: World) -> None:
     box, alice = world.box, world.alice
     assert world.setup("97").returncode == 0
     pidfile = world.w / "root-task.pid"
-    sup = world.start_jobns(["run", "--job-id", "97", "--", "sh", "-c",
-                             f"echo $$ > {pidfile}; exec sleep 300"])
+    sup = world.start_jobns(
+        ["run", "--job-id", "97", "--", "sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"]
+    )
     world.wait_file(pidfile)
     protected = {identity(box.local), identity(box.shm), identity(box.state)}
     for root, dirs, files in os.walk(box.state):

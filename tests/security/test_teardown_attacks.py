@@ -38,12 +38,14 @@ def outside_mounts(world: World) -> list[tuple[str, str, str]]:
 
 def fuse_mounts(world: World) -> list[str]:
     box = world.box
-    return [t for t, fstype, _ in mounts()
-            if fstype.startswith("fuse") and t.startswith((str(box.root), str(box.shm)))]
+    return [
+        t
+        for t, fstype, _ in mounts()
+        if fstype.startswith("fuse") and t.startswith((str(box.root), str(box.shm)))
+    ]
 
 
-def timed_teardown(world: World, job: str, limit: float = 60
-                   ) -> subprocess.CompletedProcess[str]:
+def timed_teardown(world: World, job: str, limit: float = 60) -> subprocess.CompletedProcess[str]:
     t0 = time.monotonic()
     r = world.teardown(job, timeout=limit + 30)
     elapsed = time.monotonic() - t0
@@ -66,8 +68,9 @@ FUSE_PLACES = {
 
 
 @pytest.mark.parametrize("where", list(FUSE_PLACES))
-def test_fuse_mount_in_her_tree_is_detached_at_teardown(world: World, fuse: Fuse,
-                                                        where: str) -> None:
+def test_fuse_mount_in_her_tree_is_detached_at_teardown(
+    world: World, fuse: Fuse, where: str
+) -> None:
     """Attack: alice FUSE-mounts a file system inside her job's tree from the host (deep
     inside, on a tree root, on var_tmp, at a name mountinfo must escape, or with its
     server stopped); root may not even look into it. Defence: teardown exits 0 in
@@ -88,7 +91,8 @@ def test_fuse_mount_in_her_tree_is_detached_at_teardown(world: World, fuse: Fuse
 
 
 def test_symlink_to_a_host_mount_point_in_her_tree_is_never_unmounted(
-        world: World, fuse: Fuse) -> None:
+    world: World, fuse: Fuse
+) -> None:
     """Attack: next to a FUSE mount of hers (so teardown must detach mounts in the tree),
     alice plants symlinks in her tree to a host mount point (a stand-in for an NFS or
     /dev/shm mount) and to its parent. Defence: teardown detaches only what is mounted
@@ -100,9 +104,16 @@ def test_symlink_to_a_host_mount_point_in_her_tree_is_never_unmounted(
     (host_mnt / "precious").write_text("host data\n")
     assert world.setup("61").returncode == 0
     tmp = box.local / "job-61/tmp"
-    r = world.as_user(alice, ["sh", "-c", f"mkdir {tmp}/m && ln -s {host_mnt} {tmp}/link && "
-                              f"ln -s {box.root} {tmp}/up && ln -s {host_mnt} "
-                              f"{box.shm}/job-61/link"])
+    r = world.as_user(
+        alice,
+        [
+            "sh",
+            "-c",
+            f"mkdir {tmp}/m && ln -s {host_mnt} {tmp}/link && "
+            f"ln -s {box.root} {tmp}/up && ln -s {host_mnt} "
+            f"{box.shm}/job-61/link",
+        ],
+    )
     assert r.returncode == 0, r.stderr
     fuse.mount(alice, tmp / "m")
     outside = outside_mounts(world)
@@ -214,8 +225,9 @@ def test_held_namespace_reference_cannot_keep_capacity_memory(world: World) -> N
     assert world.setup("63", "--directives", "shm capacity=200MiB").returncode == 0
     _, pid = world.task("63", alice)
     pin = box.state / "jobs/63/ns/mnt"
-    probe = world.python(alice, "import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY))",
-                         str(pin))
+    probe = world.python(
+        alice, "import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY))", str(pin)
+    )
     target = str(pin) if probe.returncode == 0 else f"/proc/{pid}/ns/mnt"
     holder = world.start(alice, [PY, "-c", HOLD_NS, target], stdout=subprocess.PIPE)
     assert holder.stdout is not None
@@ -226,8 +238,12 @@ def test_held_namespace_reference_cannot_keep_capacity_memory(world: World) -> N
     timed_teardown(world, "63")
     after = shmem_bytes()
     assert before - after >= 150 * MIB, f"Shmem only dropped by {(before - after) // MIB} MiB"
-    r = subprocess.run([PY, "-c", LIST_IN_NS, f"/proc/{holder.pid}/fd/{held_fd}"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [PY, "-c", LIST_IN_NS, f"/proc/{holder.pid}/fd/{held_fd}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert "fill" not in r.stdout.split(), r.stdout
     world.assert_clean()
 
@@ -244,14 +260,19 @@ def test_symlinks_in_her_tree_to_root_dirs_and_files_are_only_unlinked(world: Wo
     decoy = world.decoy()
     before = snapshot(decoy)
     assert world.setup("64").returncode == 0
-    r = world.run("64", f"ln -s {decoy} /tmp/etc; ln -s {decoy}/passwd /tmp/passwd; "
-                  f"ln -s {decoy}/sub /dev/shm/sub; ln -s / /tmp/root; "
-                  "ln -s /tmp/loop /tmp/loop; mkdir /var/tmp/d; ln -s /var/tmp /var/tmp/d/up",
-                  user=alice)
+    r = world.run(
+        "64",
+        f"ln -s {decoy} /tmp/etc; ln -s {decoy}/passwd /tmp/passwd; "
+        f"ln -s {decoy}/sub /dev/shm/sub; ln -s / /tmp/root; "
+        "ln -s /tmp/loop /tmp/loop; mkdir /var/tmp/d; ln -s /var/tmp /var/tmp/d/up",
+        user=alice,
+    )
     assert r.returncode == 0, r.stderr
     local = box.local / "job-64"
-    r = world.as_user(alice, ["sh", "-c", f"mv {local}/var_tmp {local}/var_tmp.old && "
-                              f"ln -s {decoy} {local}/var_tmp"])
+    r = world.as_user(
+        alice,
+        ["sh", "-c", f"mv {local}/var_tmp {local}/var_tmp.old && ln -s {decoy} {local}/var_tmp"],
+    )
     assert r.returncode == 0, r.stderr
     timed_teardown(world, "64")
     assert snapshot(decoy) == before
@@ -269,8 +290,9 @@ def test_tree_roots_swapped_for_symlinks_before_teardown(world: World) -> None:
     assert world.run("65", "echo x > /tmp/x; echo y > /dev/shm/y", user=alice).returncode == 0
     moved = []
     for base in (box.local, box.shm):
-        r = world.as_user(alice, ["sh", "-c", f"mv {base}/job-65 {base}/alices-65 && "
-                                  f"ln -s {decoy} {base}/job-65"])
+        r = world.as_user(
+            alice, ["sh", "-c", f"mv {base}/job-65 {base}/alices-65 && ln -s {decoy} {base}/job-65"]
+        )
         assert r.returncode == 0, r.stderr
         moved.append(base / "alices-65")
     timed_teardown(world, "65")
@@ -295,8 +317,15 @@ def test_hard_links_to_root_owned_files_are_only_unlinked(world: World) -> None:
     private.chmod(0o644)
     assert world.setup("66").returncode == 0
     tmp = box.local / "job-66/tmp"  # from the host: a link cannot cross the job's binds
-    r = world.as_user(alice, ["sh", "-c", f"ln {shared_log} {tmp}/hl && mkdir {tmp}/sub && "
-                              f"ln {shared_log} {tmp}/sub/hl2 && chmod 000 {tmp}/sub"])
+    r = world.as_user(
+        alice,
+        [
+            "sh",
+            "-c",
+            f"ln {shared_log} {tmp}/hl && mkdir {tmp}/sub && "
+            f"ln {shared_log} {tmp}/sub/hl2 && chmod 000 {tmp}/sub",
+        ],
+    )
     assert r.returncode == 0, r.stderr
     os.link(private, box.local / "job-66/var_tmp/hl3")
     timed_teardown(world, "66")
@@ -322,8 +351,9 @@ def test_thousands_of_nested_directories_are_removed(world: World) -> None:
     /dev/shm. Defence: teardown removes them all, in bounded time, exit 0."""
     assert world.setup("67").returncode == 0
     for where, depth in (("/tmp", "3000"), ("/dev/shm", "1000")):
-        r = world.box.run(["run", "--job-id", "67", "--", PY, "-c", DEEP, where, depth],
-                          user=world.alice)
+        r = world.box.run(
+            ["run", "--job-id", "67", "--", PY, "-c", DEEP, where, depth], user=world.alice
+        )
         assert r.returncode == 0, r.stderr
     timed_teardown(world, "67", limit=120)
     world.assert_clean()
@@ -333,12 +363,14 @@ def test_mode_000_directories_and_files_are_removed(world: World) -> None:
     """Attack: directories and files of mode 000 (nested), search-only and write-only
     directories, and her /tmp and /dev/shm roots themselves made mode 000. Defence:
     teardown removes everything, exit 0."""
-    script = ("set -e; mkdir -p /tmp/a/b/c; touch /tmp/a/b/c/f /tmp/a/f; chmod 000 "
-              "/tmp/a/b/c/f /tmp/a/f; chmod 000 /tmp/a/b/c /tmp/a/b /tmp/a; "
-              "mkdir /tmp/x /tmp/y; touch /tmp/x/f /tmp/y/f; chmod 100 /tmp/x; "
-              "chmod 200 /tmp/y; mkdir /dev/shm/z; touch /dev/shm/z/f; chmod 000 /dev/shm/z/f "
-              "/dev/shm/z; mkfifo /var/tmp/fifo; chmod 000 /var/tmp/fifo /var/tmp; "
-              "chmod 000 /tmp /dev/shm")
+    script = (
+        "set -e; mkdir -p /tmp/a/b/c; touch /tmp/a/b/c/f /tmp/a/f; chmod 000 "
+        "/tmp/a/b/c/f /tmp/a/f; chmod 000 /tmp/a/b/c /tmp/a/b /tmp/a; "
+        "mkdir /tmp/x /tmp/y; touch /tmp/x/f /tmp/y/f; chmod 100 /tmp/x; "
+        "chmod 200 /tmp/y; mkdir /dev/shm/z; touch /dev/shm/z/f; chmod 000 /dev/shm/z/f "
+        "/dev/shm/z; mkfifo /var/tmp/fifo; chmod 000 /var/tmp/fifo /var/tmp; "
+        "chmod 000 /tmp /dev/shm"
+    )
     assert world.setup("68").returncode == 0
     r = world.run("68", script, user=world.alice)
     assert r.returncode == 0, r.stderr
@@ -359,13 +391,14 @@ def test_orphaned_setsid_tasks_ignoring_sigterm_are_killed(world: World) -> None
     pids.chmod(0o666)
     assert world.setup("69").returncode == 0
     script = world.w / "orphans.sh"
-    script.write_text("trap '' TERM\n"  # ignored, and so inherited by every child
-                      f"setsid sh -c 'sh -c \"echo \\$\\$ >> {pids}; exec sleep 300\" & "
-                      f"echo $$ >> {pids}; exec sleep 300' &\n"
-                      f"echo $$ >> {pids}\nwhile :; do sleep 0.2; done\n")
+    script.write_text(
+        "trap '' TERM\n"  # ignored, and so inherited by every child
+        f'setsid sh -c \'sh -c "echo \\$\\$ >> {pids}; exec sleep 300" & '
+        f"echo $$ >> {pids}; exec sleep 300' &\n"
+        f"echo $$ >> {pids}\nwhile :; do sleep 0.2; done\n"
+    )
     script.chmod(0o644)
-    sup = world.start_jobns(["run", "--job-id", "69", "--", "sh", str(script)],
-                            user=world.alice)
+    sup = world.start_jobns(["run", "--job-id", "69", "--", "sh", str(script)], user=world.alice)
     deadline = time.monotonic() + 20
     while len(pids.read_text().split()) < 3:
         assert time.monotonic() < deadline, pids.read_text()
@@ -390,9 +423,18 @@ def test_task_in_a_nested_user_and_mount_namespace_is_killed(world: World) -> No
     Defence: teardown ends every process of the job, nested namespaces included."""
     pidfile = world.w / "nested.pid"
     assert world.setup("70").returncode == 0
-    sup = world.start_jobns(["run", "--job-id", "70", "--", "sh", "-c",
-                             f"unshare -Urm --fork setsid sh -c 'echo $$ > {pidfile}; "
-                             "exec sleep 300' & sleep 300"], user=world.alice)
+    sup = world.start_jobns(
+        [
+            "run",
+            "--job-id",
+            "70",
+            "--",
+            "sh",
+            "-c",
+            f"unshare -Urm --fork setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & sleep 300",
+        ],
+        user=world.alice,
+    )
     nested = int(world.wait_file(pidfile))
     world.track(nested)
     os.kill(sup.pid, signal.SIGKILL)
@@ -412,8 +454,11 @@ def test_fork_loop_during_teardown_is_ended(world: World) -> None:
     through the whole kill_wait. Defence: teardown still ends every process of the job
     (nothing left in its namespace) and exits 0 in bounded time."""
     assert world.setup("71").returncode == 0
-    _, pid = world.task("71", world.alice, "trap '' TERM; while :; do "
-                        "(trap '' TERM; exec sleep 300) & sleep 0.02; done")
+    _, pid = world.task(
+        "71",
+        world.alice,
+        "trap '' TERM; while :; do (trap '' TERM; exec sleep 300) & sleep 0.02; done",
+    )
     ns = os.stat(f"/proc/{pid}/ns/mnt")
     time.sleep(1)
     timed_teardown(world, "71")
@@ -437,9 +482,20 @@ def test_kill_wait_of_her_own_task_cannot_stretch_teardown(world: World) -> None
     within bounded time, and her supervisor exits soon after."""
     assert world.setup("72").returncode == 0
     pidfile = world.w / "kw.pid"
-    sup = world.start_jobns(["run", "--job-id", "72", "--kill-wait", "86400", "--", "sh", "-c",
-                             f"echo $$ > {pidfile}; trap '' TERM; while :; do sleep 0.2; done"],
-                            user=world.alice)
+    sup = world.start_jobns(
+        [
+            "run",
+            "--job-id",
+            "72",
+            "--kill-wait",
+            "86400",
+            "--",
+            "sh",
+            "-c",
+            f"echo $$ > {pidfile}; trap '' TERM; while :; do sleep 0.2; done",
+        ],
+        user=world.alice,
+    )
     task = int(world.wait_file(pidfile))
     world.track(task)
     timed_teardown(world, "72", limit=30)
@@ -470,8 +526,12 @@ def test_shm_capacity_cannot_be_exceeded_or_remounted_larger(world: World) -> No
     alice = world.alice
     assert world.setup("73", "--directives", "shm capacity=4MiB").returncode == 0
     node_before = os.statvfs("/dev/shm")
-    r = world.run("73", "dd if=/dev/zero of=/dev/shm/big bs=1M count=8 2>&1; "
-                  "df -B1 --output=size /dev/shm | tail -1", user=alice)
+    r = world.run(
+        "73",
+        "dd if=/dev/zero of=/dev/shm/big bs=1M count=8 2>&1; "
+        "df -B1 --output=size /dev/shm | tail -1",
+        user=alice,
+    )
     assert "No space left on device" in r.stdout, r.stdout
     assert int(r.stdout.split()[-1]) == 4 * MIB
     node_after = os.statvfs("/dev/shm")
@@ -485,16 +545,13 @@ def test_shm_capacity_cannot_be_exceeded_or_remounted_larger(world: World) -> No
     world.assert_clean()
 
 
-def test_a_later_jobs_namespace_cannot_keep_a_finished_jobs_capacity_memory(
-        world: World) -> None:
+def test_a_later_jobs_namespace_cannot_keep_a_finished_jobs_capacity_memory(world: World) -> None:
     """Attack: bob's job fills its 200 MiB /dev/shm capacity; alice's job is set up after
     it, so her job's mount namespace holds a copy of bob's capacity mount, and alice keeps
     her job running after bob's ends. Defence: bob's teardown frees his memory anyway
     (Shmem drops by at least 150 MiB) while alice's job goes on."""
-    assert world.setup("74", "--directives", "shm capacity=200MiB",
-                       user=world.bob).returncode == 0
-    r = world.run("74", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=190 2>&1",
-                  user=world.bob)
+    assert world.setup("74", "--directives", "shm capacity=200MiB", user=world.bob).returncode == 0
+    r = world.run("74", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=190 2>&1", user=world.bob)
     assert r.returncode == 0, r.stdout + r.stderr
     assert world.setup("75").returncode == 0
     _, pid = world.task("75", world.alice)
@@ -508,8 +565,9 @@ def test_a_later_jobs_namespace_cannot_keep_a_finished_jobs_capacity_memory(
     world.assert_clean()
 
 
-def test_stalled_fuse_shared_with_root_cannot_hang_root_tools(world: World,
-                                                              fuse_allow_other: Fuse) -> None:
+def test_stalled_fuse_shared_with_root_cannot_hang_root_tools(
+    world: World, fuse_allow_other: Fuse
+) -> None:
     """Attack (site with user_allow_other): alice FUSE-mounts with allow_root inside her
     job's tree and in an unrecorded job-like directory in the shm base, then stops both
     servers (SIGSTOP): any stat() root makes into them blocks until the server answers.
@@ -523,8 +581,12 @@ def test_stalled_fuse_shared_with_root_cannot_hang_root_tools(world: World,
         assert world.as_user(alice, ["mkdir", "-m", "700", str(d)]).returncode == 0
         os.kill(fuse_allow_other.mount(alice, d, "allow_root").pid, signal.SIGSTOP)
     hung = []
-    for args in (["status"], ["status", "--json"], ["teardown", "--job-id", "76"],
-                 ["gc", "--no-slurm"]):
+    for args in (
+        ["status"],
+        ["status", "--json"],
+        ["teardown", "--job-id", "76"],
+        ["gc", "--no-slurm"],
+    ):
         try:
             r = box.run(args, timeout=10)
             no_crash(r)

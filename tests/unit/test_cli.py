@@ -17,8 +17,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_run_options_and_trailing_command() -> None:
-    opts, cmd = parse(RUN, ["--job-id", "5", "--use-shared-tmpdir=per-node", "--no-rm-tmpdir",
-                            "--kill-wait=3", "--", "ls", "-l", "--job-id"])
+    opts, cmd = parse(
+        RUN,
+        [
+            "--job-id",
+            "5",
+            "--use-shared-tmpdir=per-node",
+            "--no-rm-tmpdir",
+            "--kill-wait=3",
+            "--",
+            "ls",
+            "-l",
+            "--job-id",
+        ],
+    )
     assert opts["job_id"] == "5" and opts["use_shared_tmpdir"] == "per-node"
     assert opts["no_rm_tmpdir"] is True and opts["kill_wait"] == "3"
     assert cmd == ["ls", "-l", "--job-id"]
@@ -30,11 +42,14 @@ def test_command_may_start_without_double_dash() -> None:
     assert not opts.get("help")
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--job-id"], "needs a value"),
-    (["--frob"], "unknown option"),
-    (["--no-rm-tmpdir=yes"], "takes no value"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--job-id"], "needs a value"),
+        (["--frob"], "unknown option"),
+        (["--no-rm-tmpdir=yes"], "takes no value"),
+    ],
+)
 def test_usage_errors(argv: list[str], needle: str) -> None:
     with pytest.raises(JobnsError, match=needle):
         parse(RUN, argv)
@@ -58,13 +73,33 @@ def test_task_path_imports_nothing_heavy() -> None:
     """README 'Speed': the task-launch path never imports jsonschema, pyroute2, docker,
     argparse, tomllib (without a config file), typing or dataclasses; nor the Python faces of
     ctypes, signal and prctl (their C modules serve)."""
-    code = ("import sys; from launcher import cli, run, supervise, namespace, fs; "
-            "print(' '.join(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                         check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2])
-                         ).stdout.split()
-    heavy = {"jsonschema", "pyroute2", "docker", "argparse", "tomllib", "typing", "dataclasses",
-             "json", "re", "subprocess", "enum", "ctypes", "signal", "prctl"}
+    code = (
+        "import sys; from launcher import cli, run, supervise, namespace, fs; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(__import__("pathlib").Path(__file__).parents[2]),
+    ).stdout.split()
+    heavy = {
+        "jsonschema",
+        "pyroute2",
+        "docker",
+        "argparse",
+        "tomllib",
+        "typing",
+        "dataclasses",
+        "json",
+        "re",
+        "subprocess",
+        "enum",
+        "ctypes",
+        "signal",
+        "prctl",
+    }
     assert sorted(heavy & set(out)) == []
 
 
@@ -84,15 +119,15 @@ def test_every_failure_is_one_line_and_125(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert err.startswith("jobns: run: no command given") and err.count("\n") == 1
     assert dispatch(["run", "--frob"]) == 125
-    assert capsys.readouterr().err == "jobns: run: unknown option '--frob' (see jobns run " \
-        "--help)\n"
+    assert capsys.readouterr().err == "jobns: run: unknown option '--frob' (see jobns run --help)\n"
     assert dispatch(["status", "--config", "/proc/self/nonexistent/x.toml"]) == 125
     err = capsys.readouterr().err
     assert err.startswith("jobns: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_a_bug_is_an_internal_error_line(monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bug_is_an_internal_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import launcher.report
 
     def broken(opts: object, command: object) -> int:
@@ -102,8 +137,9 @@ def test_a_bug_is_an_internal_error_line(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("JOBNS_DEBUG", raising=False)
     assert dispatch(["status"]) == 125
     err = capsys.readouterr().err
-    assert err.startswith("jobns: internal error in jobns status: KeyError") and \
-        err.count("\n") == 1
+    assert (
+        err.startswith("jobns: internal error in jobns status: KeyError") and err.count("\n") == 1
+    )
     monkeypatch.setenv("JOBNS_DEBUG", "1")
     assert dispatch(["status"]) == 125
     assert "Traceback" in capsys.readouterr().err
@@ -114,9 +150,14 @@ def test_a_closed_pipe_is_quiet() -> None:
     r, w = os.pipe()
     os.close(r)
     try:
-        p = subprocess.run([sys.executable, "-c", "from launcher.cli import main; main()",
-                            "run", "-h"], stdout=w, stderr=subprocess.PIPE, text=True,
-                           timeout=60, cwd=REPO)
+        p = subprocess.run(
+            [sys.executable, "-c", "from launcher.cli import main; main()", "run", "-h"],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
     finally:
         os.close(w)
     assert p.stderr == "" and p.returncode == 125

@@ -25,25 +25,30 @@ def test_path_precedence() -> None:
 
 def test_full_file(tmp_path: Path) -> None:
     p = tmp_path / "j.toml"
-    p.write_text('local_base = "/scratch"\nshm_base = "/dev/shm"\nshared_base = "/lustre/x"\n'
-                 'kill_wait = 5\n[arc]\nshared_filesystem = false\nscratchdir = "/s"\n')
+    p.write_text(
+        'local_base = "/scratch"\nshm_base = "/dev/shm"\nshared_base = "/lustre/x"\n'
+        'kill_wait = 5\n[arc]\nshared_filesystem = false\nscratchdir = "/s"\n'
+    )
     cfg = load(str(p), {})
     assert (cfg.local_base, cfg.shared_base, cfg.kill_wait) == ("/scratch", "/lustre/x", 5.0)
     assert cfg.arc is not None and cfg.arc.scratchdir == "/s" and not cfg.arc.shared_filesystem
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("kill_wait = -1", "kill_wait: must be >= 0"),
-    ('kill_wait = "soon"', "kill_wait: must be of type number"),
-    ("kill_wait = true", "kill_wait: must be of type number"),
-    ('locl_base = "/x"', "locl_base: unknown key"),
-    ('local_base = "tmp"', "absolute"),
-    ('local_base = "/tmp/../etc"', "absolute"),
-    ('local_base = "/tmp/"', "absolute"),
-    ("[arc]\nshared_filesystem = false", "needs scratchdir"),
-    ("[arc]\nmovtool = 'mv'", "arc.movtool: unknown key"),
-    ("x = [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("kill_wait = -1", "kill_wait: must be >= 0"),
+        ('kill_wait = "soon"', "kill_wait: must be of type number"),
+        ("kill_wait = true", "kill_wait: must be of type number"),
+        ('locl_base = "/x"', "locl_base: unknown key"),
+        ('local_base = "tmp"', "absolute"),
+        ('local_base = "/tmp/../etc"', "absolute"),
+        ('local_base = "/tmp/"', "absolute"),
+        ("[arc]\nshared_filesystem = false", "needs scratchdir"),
+        ("[arc]\nmovtool = 'mv'", "arc.movtool: unknown key"),
+        ("x = [", "not valid TOML"),
+    ],
+)
 def test_bad_files_name_the_key(text: str, needle: str) -> None:
     with pytest.raises(JobnsError, match="read config /f") as e:
         parse(text, "/f")

@@ -39,8 +39,14 @@ UNITS = {
 }  # fmt: skip
 
 SYMBOLS = Symbols(job_id="4242", user="alice", job_name="run1", workdir="/home/alice/proj")
-ARRAY = Symbols(job_id="4250", array_job_id="4242", array_task_id="7", user="alice",
-                job_name="run1", workdir="/home/alice/proj")
+ARRAY = Symbols(
+    job_id="4250",
+    array_job_id="4242",
+    array_task_id="7",
+    user="alice",
+    job_name="run1",
+    workdir="/home/alice/proj",
+)
 
 
 def script(*lines: str) -> str:
@@ -151,8 +157,11 @@ def test_formatted_node_count_parses_back(n: int) -> None:
     assert parse_capacity(f"{n}N") == NodeCount(n)
 
 
-@given(whole=st.integers(min_value=0, max_value=1000), frac=st.integers(0, 999),
-       suffix=st.sampled_from(["", *sorted(UNITS)]))
+@given(
+    whole=st.integers(min_value=0, max_value=1000),
+    frac=st.integers(0, 999),
+    suffix=st.sampled_from(["", *sorted(UNITS)]),
+)
 def test_decimal_capacity_is_the_exact_ceiling(whole: int, frac: int, suffix: str) -> None:
     text = f"{whole}.{frac:03d}{suffix}"
     exact = Fraction(f"{whole}.{frac:03d}") * UNITS.get(suffix, 1)
@@ -229,11 +238,17 @@ def test_full_script_interleaved_with_sbatch() -> None:
     assert parsed.tmp_capacity == 10 * GI
     assert parsed.layout == "per-node"
     assert parsed.no_rm_tmpdir is True
-    assert parsed.stage_in == [Stage("/project/%u/input", "/tmp/input", 12,
-                                     "#JOBNS stage_in source=/project/%u/input "
-                                     "destination=/tmp/input")]
+    assert parsed.stage_in == [
+        Stage(
+            "/project/%u/input",
+            "/tmp/input",
+            12,
+            "#JOBNS stage_in source=/project/%u/input destination=/tmp/input",
+        )
+    ]
     assert [(s.source, s.destination, s.lineno) for s in parsed.stage_out] == [
-        ("/tmp/out", "/project/%u/%j", 13)]
+        ("/tmp/out", "/project/%u/%j", 13)
+    ]
     assert parsed.warnings == []
 
 
@@ -250,9 +265,15 @@ def test_bare_directive_marks_presence_only() -> None:
 
 
 def test_directives_after_first_command_are_not_applied_but_warned() -> None:
-    parsed = parse_script(script(
-        "#!/bin/sh", "#JOBNS tmp capacity=1G", "echo hi", "#JOBNS shm capacity=1G",
-        "#JOBNS stage_in source=/a destination=/b"))
+    parsed = parse_script(
+        script(
+            "#!/bin/sh",
+            "#JOBNS tmp capacity=1G",
+            "echo hi",
+            "#JOBNS shm capacity=1G",
+            "#JOBNS stage_in source=/a destination=/b",
+        )
+    )
     assert parsed.tmp_capacity == GI
     assert parsed.shm_capacity is None
     assert parsed.stage_in == []
@@ -291,8 +312,9 @@ def test_other_directive_words_are_ignored_silently() -> None:
 
 
 def test_near_misses_are_warned() -> None:
-    parsed = parse_script(script("#!/bin/sh", "  #JOBNS tmp capacity=1G",
-                                 "#jobns shm capacity=1G", "true"))
+    parsed = parse_script(
+        script("#!/bin/sh", "  #JOBNS tmp capacity=1G", "#jobns shm capacity=1G", "true")
+    )
     assert parsed.tmp_capacity is None and parsed.shm_capacity is None
     assert "indented" in parsed.warnings[0] and parsed.warnings[0].startswith("line 2:")
     assert "case-sensitive" in parsed.warnings[1] and parsed.warnings[1].startswith("line 3:")
@@ -332,23 +354,36 @@ def test_layouts(line: str, layout: str) -> None:
 
 
 def test_repeated_identical_lines_are_fine() -> None:
-    parsed = parse_script(script("#JOBNS shared_tmpdir", "#JOBNS shared_tmpdir=yes",
-                                 "#JOBNS tmp capacity=1024", "#JOBNS tmp capacity=1K",
-                                 "#JOBNS no_rm_tmpdir", "#JOBNS no_rm_tmpdir"))
+    parsed = parse_script(
+        script(
+            "#JOBNS shared_tmpdir",
+            "#JOBNS shared_tmpdir=yes",
+            "#JOBNS tmp capacity=1024",
+            "#JOBNS tmp capacity=1K",
+            "#JOBNS no_rm_tmpdir",
+            "#JOBNS no_rm_tmpdir",
+        )
+    )
     assert (parsed.layout, parsed.tmp_capacity, parsed.no_rm_tmpdir) == ("shared", 1024, True)
 
 
 def test_several_stages_keep_their_order() -> None:
-    parsed = parse_script(script("#JOBNS stage_in source=/a destination=/b",
-                                 "#JOBNS stage_in destination=/d source=/c"))
+    parsed = parse_script(
+        script(
+            "#JOBNS stage_in source=/a destination=/b", "#JOBNS stage_in destination=/d source=/c"
+        )
+    )
     assert [(s.source, s.destination) for s in parsed.stage_in] == [("/a", "/b"), ("/c", "/d")]
 
 
 def test_unknown_keys_are_warned_and_ignored() -> None:
-    parsed = parse_script(script(
-        "#JOBNS stage_in type=file source=/a destination=/b",
-        "#JOBNS tmp capacity=1G pool=fast",
-        "#JOBNS no_rm_tmpdir hurry"))
+    parsed = parse_script(
+        script(
+            "#JOBNS stage_in type=file source=/a destination=/b",
+            "#JOBNS tmp capacity=1G pool=fast",
+            "#JOBNS no_rm_tmpdir hurry",
+        )
+    )
     assert parsed.tmp_capacity == GI
     assert parsed.stage_in[0].source == "/a"
     assert parsed.no_rm_tmpdir is True
@@ -364,8 +399,9 @@ def test_unknown_verbs_are_warned_and_ignored() -> None:
     parsed = parse_script(script("#JOBNS frobnicate level=3", "#JOBNS SHM capacity=1G"))
     assert parsed.shm_capacity is None
     assert parsed.present is True
-    assert parsed.warnings[0].startswith("line 1: '#JOBNS frobnicate level=3': unknown "
-                                         "directive 'frobnicate' is ignored")
+    assert parsed.warnings[0].startswith(
+        "line 1: '#JOBNS frobnicate level=3': unknown directive 'frobnicate' is ignored"
+    )
     assert "did you mean 'shm'" in parsed.warnings[1]
 
 
@@ -398,8 +434,9 @@ def test_warnings_are_collected_not_printed(capsys: pytest.CaptureFixture[str]) 
     (['#JOBNS stage_in source="/a b" destination=/b'], 1, "quoting is not supported"),
     (["#JOBNS tmp capacity=1G\r"], 1, "dos2unix"),
 ])  # fmt: skip
-def test_invalid_lines_are_rejected_with_line_numbers(lines: list[str], lineno: int,
-                                                      fragment: str) -> None:
+def test_invalid_lines_are_rejected_with_line_numbers(
+    lines: list[str], lineno: int, fragment: str
+) -> None:
     text = script(*lines, "srun ./app")
     with pytest.raises(DirectiveError) as info:
         parse_script(text)
@@ -420,8 +457,9 @@ def test_stage_path_may_start_with_workdir_symbol() -> None:
 
 
 def test_directives_string_with_and_without_prefix() -> None:
-    parsed = parse_directives("#JOBNS tmp capacity=1G; shm capacity=3KB\n"
-                              "no_rm_tmpdir ;  #JOBNS shared_tmpdir=per-node;;")
+    parsed = parse_directives(
+        "#JOBNS tmp capacity=1G; shm capacity=3KB\nno_rm_tmpdir ;  #JOBNS shared_tmpdir=per-node;;"
+    )
     assert (parsed.tmp_capacity, parsed.shm_capacity) == (GI, 3000)
     assert parsed.no_rm_tmpdir is True and parsed.layout == "per-node"
     assert parsed.present is True
@@ -449,9 +487,11 @@ def test_directives_string_custom_word() -> None:
 
 def test_directives_string_unknown_verb_is_warned() -> None:
     parsed = parse_directives("pool=fast capacity=1G")
-    assert parsed.warnings == ["--directives item 1: 'pool=fast capacity=1G': unknown "
-                               "directive 'pool' is ignored; known: shm, tmp, shared_tmpdir, "
-                               "no_rm_tmpdir, stage_in, stage_out"]
+    assert parsed.warnings == [
+        "--directives item 1: 'pool=fast capacity=1G': unknown "
+        "directive 'pool' is ignored; known: shm, tmp, shared_tmpdir, "
+        "no_rm_tmpdir, stage_in, stage_out"
+    ]
 
 
 # -------------------------------------------------------------------- symbol substitution
@@ -510,8 +550,12 @@ def test_stop_marker_covers_the_rest_of_the_line() -> None:
 
 
 def test_stop_marker_does_not_leak_to_earlier_values_or_other_lines() -> None:
-    parsed = parse_script(script(f"#JOBNS stage_in destination=/tmp/%j source=/p/{BS2}%u",
-                                 "#JOBNS stage_out source=/tmp/%j destination=/p/%u"))
+    parsed = parse_script(
+        script(
+            f"#JOBNS stage_in destination=/tmp/%j source=/p/{BS2}%u",
+            "#JOBNS stage_out source=/tmp/%j destination=/p/%u",
+        )
+    )
     assert parsed.stage_in[0].resolve(SYMBOLS, ["/p"], ["/tmp"]) == ("/p/%u", "/tmp/4242")
     assert parsed.stage_out[0].resolve(SYMBOLS, ["/tmp"], ["/p"]) == ("/tmp/4242", "/p/alice")
 
@@ -541,8 +585,9 @@ def test_unknown_values_name_the_fix(letter: str, variable: str) -> None:
     assert substitute("/s/plain", Symbols()) == "/s/plain"
 
 
-@pytest.mark.parametrize("name", ["../../etc", "..", ".", "", "a/b", "/etc", "x\ny", "a\0b",
-                                  "x" * 256])
+@pytest.mark.parametrize(
+    "name", ["../../etc", "..", ".", "", "a/b", "/etc", "x\ny", "a\0b", "x" * 256]
+)
 def test_hostile_job_names_are_refused(name: str) -> None:
     with pytest.raises(DirectiveError, match="cannot be substituted for %x"):
         substitute("/scratch/alice/%x", Symbols(job_name=name))
@@ -568,9 +613,14 @@ def test_workdir_is_normalised() -> None:
 
 
 def test_symbols_from_slurm_env() -> None:
-    env = {"SLURM_JOB_ID": "4250", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "7",
-           "SLURM_SUBMIT_DIR": "/home/alice/proj", "SLURM_JOB_USER": "alice",
-           "SLURM_JOB_NAME": "run1"}
+    env = {
+        "SLURM_JOB_ID": "4250",
+        "SLURM_ARRAY_JOB_ID": "4242",
+        "SLURM_ARRAY_TASK_ID": "7",
+        "SLURM_SUBMIT_DIR": "/home/alice/proj",
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_NAME": "run1",
+    }
     assert Symbols.from_slurm_env(env, cwd="/ignored") == ARRAY
 
 
@@ -680,9 +730,18 @@ def _within(path: str, root: str) -> bool:
 
 
 @settings(max_examples=500)
-@given(name=st.text(max_size=40), template=st.sampled_from(
-    ["/scratch/alice/%x", "/scratch/alice/%x/out", f"/scratch/alice/%x{BS2}x",
-     "/scratch/alice/%%%x", "/scratch/alice/%x/%x"]))
+@given(
+    name=st.text(max_size=40),
+    template=st.sampled_from(
+        [
+            "/scratch/alice/%x",
+            "/scratch/alice/%x/out",
+            f"/scratch/alice/%x{BS2}x",
+            "/scratch/alice/%%%x",
+            "/scratch/alice/%x/%x",
+        ]
+    ),
+)
 def test_arbitrary_job_names_never_escape(name: str, template: str) -> None:
     symbols = Symbols(job_id="1", user="alice", job_name=name, workdir="/home/alice")
     try:
@@ -696,10 +755,15 @@ def test_arbitrary_job_names_never_escape(name: str, template: str) -> None:
 
 
 @settings(max_examples=500)
-@given(path=st.lists(st.sampled_from(["/", ".", "..", "a", "scratch", "%", "\\", "\0", "x",
-                                      "//", "tmp", "job"]), max_size=12).map("".join),
-       roots=st.lists(st.sampled_from(["/scratch", "/scratch/a", "/tmp/job", "/x"]),
-                      min_size=1, max_size=3))
+@given(
+    path=st.lists(
+        st.sampled_from(["/", ".", "..", "a", "scratch", "%", "\\", "\0", "x", "//", "tmp", "job"]),
+        max_size=12,
+    ).map("".join),
+    roots=st.lists(
+        st.sampled_from(["/scratch", "/scratch/a", "/tmp/job", "/x"]), min_size=1, max_size=3
+    ),
+)
 def test_confine_never_returns_a_path_outside_the_roots(path: str, roots: list[str]) -> None:
     try:
         result = confine(path, roots)

@@ -9,15 +9,18 @@ from launcher import diskimage, jobsize, loop
 MI = 1024**2
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("JobId=7 MinTmpDiskNode=0 Features=(null)", None),
-    ("JobId=7 MinTmpDiskNode=500 Features=(null)", 500 * MI),     # MB without a suffix
-    ("JobId=7 MinTmpDiskNode=500M", 500 * MI),
-    ("JobId=7 MinTmpDiskNode=2G", 2 * 1024 * MI),
-    ("JobId=7 MinTmpDiskNode=1.5T", int(1.5 * 1024**4)),
-    ("JobId=7 MinTmpDiskNode=x", None),
-    ("JobId=7", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("JobId=7 MinTmpDiskNode=0 Features=(null)", None),
+        ("JobId=7 MinTmpDiskNode=500 Features=(null)", 500 * MI),  # MB without a suffix
+        ("JobId=7 MinTmpDiskNode=500M", 500 * MI),
+        ("JobId=7 MinTmpDiskNode=2G", 2 * 1024 * MI),
+        ("JobId=7 MinTmpDiskNode=1.5T", int(1.5 * 1024**4)),
+        ("JobId=7 MinTmpDiskNode=x", None),
+        ("JobId=7", None),
+    ],
+)
 def test_parse_tmp(text: str, expected: int | None) -> None:
     assert jobsize.parse_tmp(text) == expected
 

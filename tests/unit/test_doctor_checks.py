@@ -21,20 +21,28 @@ def kinds(found: list[tuple[str, str]]) -> list[str]:
 
 
 def test_user_namespaces_enabled(tmp_path: Path) -> None:
-    found = doctor.kernel(proc(tmp_path, user__max_user_namespaces=15000,
-                               kernel__unprivileged_userns_clone=1))
+    found = doctor.kernel(
+        proc(tmp_path, user__max_user_namespaces=15000, kernel__unprivileged_userns_clone=1)
+    )
     assert kinds(found) == ["ok", "ok"]
 
 
 def test_user_namespaces_off_is_a_problem_naming_the_sysctl(tmp_path: Path) -> None:
-    found = doctor.kernel(proc(tmp_path, user__max_user_namespaces=0,
-                               kernel__unprivileged_userns_clone=0,
-                               kernel__apparmor_restrict_unprivileged_userns=1))
+    found = doctor.kernel(
+        proc(
+            tmp_path,
+            user__max_user_namespaces=0,
+            kernel__unprivileged_userns_clone=0,
+            kernel__apparmor_restrict_unprivileged_userns=1,
+        )
+    )
     assert kinds(found) == ["problem"] * 3
     text = " ".join(t for _, t in found)
-    for needle in ("sysctl -w user.max_user_namespaces=15000",
-                   "sysctl -w kernel.unprivileged_userns_clone=1",
-                   "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"):
+    for needle in (
+        "sysctl -w user.max_user_namespaces=15000",
+        "sysctl -w kernel.unprivileged_userns_clone=1",
+        "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+    ):
         assert needle in text
 
 
@@ -52,8 +60,10 @@ def test_no_loop_control(tmp_path: Path) -> None:
 def test_slurm_conf_keys_includes_and_comments(tmp_path: Path) -> None:
     (tmp_path / "extra.conf").write_text("Epilog=/x/epilog  # the epilog\n")
     conf = tmp_path / "slurm.conf"
-    conf.write_text("# Prolog=/not/this\nProlog=/x/prolog\ninclude extra.conf\n"
-                    "PlugStackConfig=/x/plugstack.conf\nNodeName=a CPUs=2\n")
+    conf.write_text(
+        "# Prolog=/not/this\nProlog=/x/prolog\ninclude extra.conf\n"
+        "PlugStackConfig=/x/plugstack.conf\nNodeName=a CPUs=2\n"
+    )
     values = doctor.slurm_conf_values(str(conf))
     assert values["prolog"] == "/x/prolog" and values["epilog"] == "/x/epilog"
     assert values["plugstackconfig"] == "/x/plugstack.conf"

@@ -12,8 +12,17 @@ from launcher import fastimport
 
 def test_signal_is_the_plain_modules_c_half() -> None:
     fast = fastimport.signal
-    for name in ("SIGTERM", "SIGKILL", "SIGCONT", "SIGINT", "SIGCHLD", "SIG_DFL", "SIG_IGN",
-                 "SIG_BLOCK", "SIG_SETMASK"):
+    for name in (
+        "SIGTERM",
+        "SIGKILL",
+        "SIGCONT",
+        "SIGINT",
+        "SIGCHLD",
+        "SIG_DFL",
+        "SIG_IGN",
+        "SIG_BLOCK",
+        "SIG_SETMASK",
+    ):
         assert getattr(fast, name) == getattr(plain_signal, name), name
     for name in ("signal", "pthread_sigmask", "sigwaitinfo", "sigtimedwait"):
         assert callable(getattr(fast, name)), name
@@ -27,8 +36,11 @@ def test_prctl_wrappers_do_what_prctl_does() -> None:
             fastimport.set_pdeathsig(plain_signal.SIGUSR1)
             fastimport.set_child_subreaper(True)
             fastimport.set_dumpable(False)
-            got = (prctl.get_pdeathsig(), bool(prctl.get_child_subreaper()),
-                   bool(prctl.get_dumpable()))
+            got = (
+                prctl.get_pdeathsig(),
+                bool(prctl.get_child_subreaper()),
+                bool(prctl.get_dumpable()),
+            )
             os.write(w, repr(got).encode())
         finally:
             os._exit(0)

@@ -42,15 +42,25 @@ def test_rewrite_replaces_mounts_env_and_adds_hooks() -> None:
     dests = [m["destination"] for m in new["mounts"]]
     # runc's own /dev/shm tmpfs is gone; /tmp comes before the mount beneath it.
     assert dests == ["/proc", "/dev", "/tmp", "/tmp/.X11-unix", "/sys", "/var/tmp", "/dev/shm"]
-    ours = {m["destination"]: m for m in new["mounts"] if m["type"] == "bind"
-            and m["destination"] != "/tmp/.X11-unix"}
-    assert ours["/dev/shm"] == {"destination": "/dev/shm", "type": "bind", "source": "/s/job-1",
-                                "options": MOUNT_OPTIONS}
+    ours = {
+        m["destination"]: m
+        for m in new["mounts"]
+        if m["type"] == "bind" and m["destination"] != "/tmp/.X11-unix"
+    }
+    assert ours["/dev/shm"] == {
+        "destination": "/dev/shm",
+        "type": "bind",
+        "source": "/s/job-1",
+        "options": MOUNT_OPTIONS,
+    }
     assert new["process"]["env"] == ["PATH=/bin", "TMPDIR=/tmp", "JOBNS_JOB_ID=1"]
     assert new["annotations"] == {"org.jobns.job-id": "1"}
     assert new["hooks"]["createRuntime"] == [
-        {"path": "/opt/jobns/venv/bin/jobns",
-         "args": ["jobns", "hook", "--config", "/etc/x.toml", "createRuntime"]}]
+        {
+            "path": "/opt/jobns/venv/bin/jobns",
+            "args": ["jobns", "hook", "--config", "/etc/x.toml", "createRuntime"],
+        }
+    ]
     assert "poststop" not in new["hooks"]  # one stage: the holder notices the exit
     # Idempotent: a second run changes nothing.
     assert rewrite(new, BINDS, ENV, {"org.jobns.job-id": "1"}, hooks) == new
@@ -61,11 +71,14 @@ def test_rewrite_without_hooks_for_prolog_jobs() -> None:
     assert "hooks" not in new
 
 
-@pytest.mark.parametrize(("doc", "needle"), [
-    ({"mounts": {}}, "mounts is not a list"),
-    ({"hooks": []}, "hooks is not an object"),
-    ({"hooks": {"createRuntime": {}}}, "hooks.createRuntime is not a list"),
-])
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ({"mounts": {}}, "mounts is not a list"),
+        ({"hooks": []}, "hooks is not an object"),
+        ({"hooks": {"createRuntime": {}}}, "hooks.createRuntime is not a list"),
+    ],
+)
 def test_rewrite_refuses_malformed_bundles(doc: dict[str, Any], needle: str) -> None:
     from launcher.errors import JobnsError
 
@@ -93,16 +106,33 @@ def test_hooks_d_is_one_stage() -> None:
     assert stages == ["createRuntime"]
 
 
-@pytest.mark.parametrize(("doc", "ok"), [
-    ({"version": "1.0.0", "hook": {"path": "/x"}, "when": {"always": True},
-      "stages": ["prestart"]}, True),
-    ({"version": "1.0.0", "hook": {"path": "x"}, "when": {}, "stages": ["prestart"]}, False),
-    ({"version": "1.0.0", "hook": {"path": "/x"}, "when": {}, "stages": []}, False),
-    ({"version": "1.0.0", "hook": {"path": "/x"}, "when": {}, "stages": ["later"]}, False),
-    ({"version": "2", "hook": {"path": "/x"}, "when": {}, "stages": ["poststop"]}, False),
-    ({"version": "1.0.0", "hook": {"path": "/x", "argv": []}, "when": {},
-      "stages": ["poststop"]}, False),
-])
+@pytest.mark.parametrize(
+    ("doc", "ok"),
+    [
+        (
+            {
+                "version": "1.0.0",
+                "hook": {"path": "/x"},
+                "when": {"always": True},
+                "stages": ["prestart"],
+            },
+            True,
+        ),
+        ({"version": "1.0.0", "hook": {"path": "x"}, "when": {}, "stages": ["prestart"]}, False),
+        ({"version": "1.0.0", "hook": {"path": "/x"}, "when": {}, "stages": []}, False),
+        ({"version": "1.0.0", "hook": {"path": "/x"}, "when": {}, "stages": ["later"]}, False),
+        ({"version": "2", "hook": {"path": "/x"}, "when": {}, "stages": ["poststop"]}, False),
+        (
+            {
+                "version": "1.0.0",
+                "hook": {"path": "/x", "argv": []},
+                "when": {},
+                "stages": ["poststop"],
+            },
+            False,
+        ),
+    ],
+)
 def test_hooks_d_schema(doc: dict[str, Any], ok: bool) -> None:
     schema = SCHEMAS["hooks-d.schema.json"]
     assert jsonschema.Draft202012Validator(schema).is_valid(doc) == ok

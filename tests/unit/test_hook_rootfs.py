@@ -47,15 +47,19 @@ def test_open_root_refuses_loops_files_and_missing(tmp_path: Path) -> None:
         rootfs.open_root(f"{tmp_path}/nope/rootfs")
 
 
-@pytest.mark.parametrize(("link", "needle"), [
-    ("tmp", "refuse {r}/tmp: it is a symbolic link (to '/etc')"),
-    ("var", "refuse {r}/var: it is a symbolic link (to '/etc')"),
-    ("var/tmp", "refuse {r}/var/tmp: it is a symbolic link (to '/etc')"),
-    ("dev", "refuse {r}/dev: it is a symbolic link (to '/etc')"),
-    ("dev/shm", "refuse {r}/dev/shm: it is a symbolic link (to '/etc')"),
-])
-def test_check_refuses_a_link_on_the_way_and_makes_nothing(tmp_path: Path, link: str,
-                                                           needle: str) -> None:
+@pytest.mark.parametrize(
+    ("link", "needle"),
+    [
+        ("tmp", "refuse {r}/tmp: it is a symbolic link (to '/etc')"),
+        ("var", "refuse {r}/var: it is a symbolic link (to '/etc')"),
+        ("var/tmp", "refuse {r}/var/tmp: it is a symbolic link (to '/etc')"),
+        ("dev", "refuse {r}/dev: it is a symbolic link (to '/etc')"),
+        ("dev/shm", "refuse {r}/dev/shm: it is a symbolic link (to '/etc')"),
+    ],
+)
+def test_check_refuses_a_link_on_the_way_and_makes_nothing(
+    tmp_path: Path, link: str, needle: str
+) -> None:
     r = tmp_path / "rootfs"
     for d in ("tmp", "var/tmp", "dev/shm"):
         (r / d).mkdir(parents=True)
@@ -80,8 +84,7 @@ def test_check_accepts_missing_mount_points_and_refuses_files(tmp_path: Path) ->
         rootfs.check(str(r), ["/var/tmp"])
 
 
-def test_resolve_makes_missing_mount_points_and_remove_made_takes_them_back(
-        tmp_path: Path) -> None:
+def test_resolve_makes_missing_mount_points_and_remove_made_takes_them_back(tmp_path: Path) -> None:
     r = tmp_path / "rootfs"
     (r / "dev").mkdir(parents=True)
     made: list[tuple[int, str, str]] = []
@@ -93,8 +96,10 @@ def test_resolve_makes_missing_mount_points_and_remove_made_takes_them_back(
         os.umask(old)
         os.close(root)
     assert [m[2] for m in made] == [f"{r}/tmp", f"{r}/var", f"{r}/var/tmp"]
-    assert ((r / "tmp").stat().st_mode & 0o7777, (r / "var").stat().st_mode & 0o7777) == \
-        (0o1777, 0o755)
+    assert ((r / "tmp").stat().st_mode & 0o7777, (r / "var").stat().st_mode & 0o7777) == (
+        0o1777,
+        0o755,
+    )
     for t in targets:
         os.close(t.fd)
         os.close(t.parent_fd)
@@ -141,12 +146,15 @@ def test_refusals_name_the_container_both_uids_and_the_fix() -> None:
         "container c runs as uid 1002 (process.user, mapped to the host), but SLURM_JOB_USER "
         "in process.env names alice (uid 1001) as the job user; jobns gives a job's "
         "directories only to containers of the job's user: run the container as uid 1001 "
-        "(process.user in config.json, podman --user 1001:1001)")
+        "(process.user in config.json, podman --user 1001:1001)"
+    )
     check_owner("bundle /b", 1001, "J", alice)
     with pytest.raises(JobnsError) as e:
         check_owner("bundle /b", 0, "J", alice)
-    assert str(e.value).startswith("bundle /b runs as uid 0 (process.user, mapped to the "
-                                   "host), but job J belongs to alice (uid 1001); ")
+    assert str(e.value).startswith(
+        "bundle /b runs as uid 0 (process.user, mapped to the "
+        "host), but job J belongs to alice (uid 1001); "
+    )
     assert "(root in a container is not the job's user)" in str(e.value)
     root = User("root", 0, 0, (0,), "/")
     check_owner("container c", 0, "J", root)

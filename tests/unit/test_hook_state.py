@@ -20,10 +20,23 @@ from schemas.generated import SCHEMAS
 from tests.conftest import REPO
 
 SCHEMA = SCHEMAS["oci-state.schema.json"]
-RUNC = {"ociVersion": "1.0.2-dev", "id": "t1", "status": "creating", "pid": 12217,
-        "bundle": "/var/lib/b", "annotations": {"org.jobns.job-id": "7"}}
-CRUN = {"ociVersion": "1.0", "id": "p2", "pid": 6716, "root": "rootfs",
-        "bundle": "/var/lib/b", "status": "created", "annotations": {}}
+RUNC = {
+    "ociVersion": "1.0.2-dev",
+    "id": "t1",
+    "status": "creating",
+    "pid": 12217,
+    "bundle": "/var/lib/b",
+    "annotations": {"org.jobns.job-id": "7"},
+}
+CRUN = {
+    "ociVersion": "1.0",
+    "id": "p2",
+    "pid": 6716,
+    "root": "rootfs",
+    "bundle": "/var/lib/b",
+    "status": "created",
+    "annotations": {},
+}
 OLD = {"ociVersion": "1.0.0-rc1", "id": "o", "status": "stopped", "bundlePath": "/b"}
 FLOAT_PID = {**RUNC, "pid": 12217.0}  # an integer to JSON Schema
 
@@ -37,20 +50,30 @@ def test_real_runtime_states_parse(doc: dict[str, Any]) -> None:
     assert s.annotations == doc.get("annotations", {})
 
 
-@pytest.mark.parametrize(("data", "needle"), [
-    (b"", "it is empty"),
-    (b"{not json", "not JSON"),
-    (b"[]", "must be of type object"),
-    (b'{"ociVersion":"1","id":"x","status":"creating"}', "names no bundle"),
-    (b'{"ociVersion":"1","id":"x","status":"weird","bundle":"/b"}', "status: must be one of"),
-    (b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":"1"}',
-     "pid: must be of type integer"),
-    (b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":-1}', "pid: must be >="),
-    (b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","annotations":{"a":1}}',
-     "annotations.a: must be of type string"),
-    (b'{"ociVersion":"1","id":"","status":"creating","bundle":"/b"}', "id: must be at least"),
-    (b"\xff\xfe", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"", "it is empty"),
+        (b"{not json", "not JSON"),
+        (b"[]", "must be of type object"),
+        (b'{"ociVersion":"1","id":"x","status":"creating"}', "names no bundle"),
+        (b'{"ociVersion":"1","id":"x","status":"weird","bundle":"/b"}', "status: must be one of"),
+        (
+            b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":"1"}',
+            "pid: must be of type integer",
+        ),
+        (
+            b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","pid":-1}',
+            "pid: must be >=",
+        ),
+        (
+            b'{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","annotations":{"a":1}}',
+            "annotations.a: must be of type string",
+        ),
+        (b'{"ociVersion":"1","id":"","status":"creating","bundle":"/b"}', "id: must be at least"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
 def test_bad_states_are_one_clear_line(data: bytes, needle: str) -> None:
     with pytest.raises(JobnsError) as e:
         parse(data)
@@ -59,21 +82,33 @@ def test_bad_states_are_one_clear_line(data: bytes, needle: str) -> None:
     assert msg.startswith("read the OCI state on stdin: ") and "OCI hook" in msg
 
 
-@pytest.mark.parametrize(("arg", "status", "stage"), [
-    ("createRuntime", "creating", CREATE), ("prestart", "creating", CREATE),
-    ("poststop", "stopped", POSTSTOP), (None, "creating", CREATE), (None, "created", CREATE),
-    (None, "stopped", POSTSTOP),
-    ("createRuntime", "created", CREATE),  # crun's status at createRuntime
-])
+@pytest.mark.parametrize(
+    ("arg", "status", "stage"),
+    [
+        ("createRuntime", "creating", CREATE),
+        ("prestart", "creating", CREATE),
+        ("poststop", "stopped", POSTSTOP),
+        (None, "creating", CREATE),
+        (None, "created", CREATE),
+        (None, "stopped", POSTSTOP),
+        ("createRuntime", "created", CREATE),  # crun's status at createRuntime
+    ],
+)
 def test_stage(arg: str | None, status: str, stage: str) -> None:
     assert stage_for(arg, status) == stage
 
 
-@pytest.mark.parametrize(("arg", "status", "needle"), [
-    ("poststart", "running", "too late"), ("startContainer", "created", "after pivot_root"),
-    ("createContainer", "created", "inside the container"), ("frob", "creating", "unknown"),
-    (None, "running", "poststart"), (None, "paused", "no stage"),
-])
+@pytest.mark.parametrize(
+    ("arg", "status", "needle"),
+    [
+        ("poststart", "running", "too late"),
+        ("startContainer", "created", "after pivot_root"),
+        ("createContainer", "created", "inside the container"),
+        ("frob", "creating", "unknown"),
+        (None, "running", "poststart"),
+        (None, "paused", "no stage"),
+    ],
+)
 def test_stages_jobns_cannot_serve(arg: str | None, status: str, needle: str) -> None:
     with pytest.raises(JobnsError, match=needle):
         stage_for(arg, status)
@@ -82,24 +117,39 @@ def test_stages_jobns_cannot_serve(arg: str | None, status: str, needle: str) ->
 # --- launcher.validate agrees with jsonschema on OCI states -----------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**7, 10**7) | st.floats(-1e6, 1e6, allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**7), 10**7)
+    | st.floats(-1e6, 1e6, allow_nan=False)
     | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
-    max_leaves=8)
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 field_values = {
     "ociVersion": st.one_of(st.just("1.0.2"), st.just(""), json_values),
     "id": st.one_of(st.just("c1"), st.just(""), st.text(min_size=1020, max_size=1030), json_values),
-    "status": st.one_of(st.sampled_from(["creating", "created", "running", "stopped", "paused",
-                                         "Creating", "configured"]), json_values),
-    "pid": st.one_of(st.integers(-3, 4194310), st.sampled_from([0, 4194304, 4194305, True, 1.0,
-                                                                "12"]), json_values),
+    "status": st.one_of(
+        st.sampled_from(
+            ["creating", "created", "running", "stopped", "paused", "Creating", "configured"]
+        ),
+        json_values,
+    ),
+    "pid": st.one_of(
+        st.integers(-3, 4194310),
+        st.sampled_from([0, 4194304, 4194305, True, 1.0, "12"]),
+        json_values,
+    ),
     "bundle": st.one_of(st.just("/b"), st.just(""), json_values),
     "bundlePath": st.one_of(st.just("/b"), st.just(""), json_values),
-    "annotations": st.one_of(st.dictionaries(st.text(max_size=6),
-                                             st.one_of(st.text(max_size=4), json_values),
-                                             max_size=3), json_values),
+    "annotations": st.one_of(
+        st.dictionaries(
+            st.text(max_size=6), st.one_of(st.text(max_size=4), json_values), max_size=3
+        ),
+        json_values,
+    ),
     "root": json_values,
 }
 
@@ -124,6 +174,7 @@ def test_checker_agrees_with_jsonschema_on_oci_states(doc: Any) -> None:
 
 # --- the JSON decoder --------------------------------------------------------------------
 
+
 @settings(max_examples=300)
 @given(doc=json_values, indent=st.sampled_from([None, 1, "\t"]))
 def test_jsonfast_decodes_like_json(doc: Any, indent: int | str | None) -> None:
@@ -132,8 +183,10 @@ def test_jsonfast_decodes_like_json(doc: Any, indent: int | str | None) -> None:
 
 
 @settings(max_examples=300)
-@given(data=st.binary(max_size=24) | st.text(alphabet='{}[]":,0123456789.eE+-tfnrul \\',
-                                               max_size=16).map(str.encode))
+@given(
+    data=st.binary(max_size=24)
+    | st.text(alphabet='{}[]":,0123456789.eE+-tfnrul \\', max_size=16).map(str.encode)
+)
 def test_jsonfast_rejects_what_json_rejects(data: bytes) -> None:
     try:
         expected = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
@@ -151,17 +204,27 @@ def _no_constant(name: str) -> None:
 def test_jsonfast_errors_without_json_imported() -> None:
     """The C scanner needs json.decoder for most messages; the hook never imports it
     up front."""
-    code = ("import sys; from launcher.jsonfast import loads\n"
-            "for bad in (b'{]', b'[1,]', b'\"a', b'{\"a\" 1}'):\n"
-            "    assert 'json' not in sys.modules\n"
-            "    try: loads(bad)\n"
-            "    except ValueError as e: print(type(e).__name__, e)\n"
-            "    else: raise SystemExit('accepted ' + repr(bad))\n"
-            "    sys.modules.pop('json', None); sys.modules.pop('json.decoder', None)\n"
-            "    sys.modules.pop('json.scanner', None); sys.modules.pop('json.encoder', None)\n")
-    r = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, "
-                        f"{str(REPO)!r}); exec({code!r})"], capture_output=True, text=True,
-                       cwd="/")
+    code = (
+        "import sys; from launcher.jsonfast import loads\n"
+        "for bad in (b'{]', b'[1,]', b'\"a', b'{\"a\" 1}'):\n"
+        "    assert 'json' not in sys.modules\n"
+        "    try: loads(bad)\n"
+        "    except ValueError as e: print(type(e).__name__, e)\n"
+        "    else: raise SystemExit('accepted ' + repr(bad))\n"
+        "    sys.modules.pop('json', None); sys.modules.pop('json.decoder', None)\n"
+        "    sys.modules.pop('json.scanner', None); sys.modules.pop('json.encoder', None)\n"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys; sys.path.insert(0, {str(REPO)!r}); exec({code!r})",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("Error") == 4 and "SystemError" not in r.stdout, r.stdout
 
@@ -169,20 +232,42 @@ def test_jsonfast_errors_without_json_imported() -> None:
 def test_hook_path_imports_nothing_heavy() -> None:
     """README 'Speed': a hook runs at every container start; poststop must not even
     import ctypes, and createRuntime no json/re (11 ms measured) nor typing & co."""
-    heavy = {"jsonschema", "pyroute2", "docker", "argparse", "tomllib", "typing", "dataclasses",
-             "json", "re", "subprocess", "enum"}
+    heavy = {
+        "jsonschema",
+        "pyroute2",
+        "docker",
+        "argparse",
+        "tomllib",
+        "typing",
+        "dataclasses",
+        "json",
+        "re",
+        "subprocess",
+        "enum",
+    }
 
     def modules(code: str) -> set[str]:
-        out = subprocess.run([sys.executable, "-I", "-c",
-                              f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}; "
-                              "print(' '.join(sorted(sys.modules)))"],
-                             capture_output=True, text=True, check=True, cwd="/").stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                "-c",
+                f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}; "
+                "print(' '.join(sorted(sys.modules)))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd="/",
+        ).stdout
         return set(out.split())
 
     poststop = modules("from launcher import cli, config; from hook import hook, holds, state")
     assert sorted(heavy & poststop) == []
     assert "ctypes" not in poststop
-    create = modules("from launcher import cli; from hook import hook, bundle, identity, mounts, "
-                     "holds, state; from launcher import state, plan, fs, validate, jsonfast; "
-                     "import schemas.generated")
+    create = modules(
+        "from launcher import cli; from hook import hook, bundle, identity, mounts, "
+        "holds, state; from launcher import state, plan, fs, validate, jsonfast; "
+        "import schemas.generated"
+    )
     assert sorted(heavy & create) == []

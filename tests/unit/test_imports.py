@@ -14,14 +14,33 @@ PACKAGES = ("launcher", "hook", "schemas")
 
 # Lower layers never import higher ones (README "Development": cli -> commands ->
 # lifecycle -> record/pins/staging/fs -> plan/job/config/state -> libc).
-COMMANDS = {"launcher.cli", "launcher.run", "launcher.setup", "launcher.teardown",
-            "launcher.recover", "launcher.gc", "launcher.report", "hook.hook",
-            "hook.oci_config",
-            "launcher.manpage"}  # not a command: a tool that renders cli's help as a man page
-LOW = {"launcher.libc", "launcher.errors", "launcher.plan", "launcher.job",
-       "launcher.config", "launcher.state", "launcher.fork", "launcher.removal",
-       "launcher.mountinfo", "launcher.fastimport", "launcher.jsonfast", "launcher.validate",
-       "launcher.environment"}
+COMMANDS = {
+    "launcher.cli",
+    "launcher.run",
+    "launcher.setup",
+    "launcher.teardown",
+    "launcher.recover",
+    "launcher.gc",
+    "launcher.report",
+    "hook.hook",
+    "hook.oci_config",
+    "launcher.manpage",
+}  # not a command: a tool that renders cli's help as a man page
+LOW = {
+    "launcher.libc",
+    "launcher.errors",
+    "launcher.plan",
+    "launcher.job",
+    "launcher.config",
+    "launcher.state",
+    "launcher.fork",
+    "launcher.removal",
+    "launcher.mountinfo",
+    "launcher.fastimport",
+    "launcher.jsonfast",
+    "launcher.validate",
+    "launcher.environment",
+}
 
 
 def modules() -> dict[str, Path]:
@@ -42,8 +61,7 @@ def graph() -> dict[str, set[str]]:
                 targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            edges[name] |= {t for t in targets if t in mods and t != name and t not in
-                            PACKAGES}
+            edges[name] |= {t for t in targets if t in mods and t != name and t not in PACKAGES}
     return edges
 
 
@@ -57,7 +75,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         stack.append(u)
         for v in sorted(edges[u]):
             if state.get(v) == 1:
-                found.append([*stack[stack.index(v):], v])
+                found.append([*stack[stack.index(v) :], v])
             elif v not in state:
                 visit(v)
         stack.pop()
@@ -80,7 +98,11 @@ def test_the_cycle_finder_finds_one() -> None:
 def test_imports_flow_one_way() -> None:
     edges = graph()
     assert set(edges) >= COMMANDS | LOW
-    upward = {(m, t) for m, ts in edges.items() for t in ts
-              if (m in LOW and t not in LOW and t != "schemas.generated")
-              or (m not in COMMANDS and t in COMMANDS)}
+    upward = {
+        (m, t)
+        for m, ts in edges.items()
+        for t in ts
+        if (m in LOW and t not in LOW and t != "schemas.generated")
+        or (m not in COMMANDS and t in COMMANDS)
+    }
     assert upward == set()

@@ -17,8 +17,9 @@ def test_safe_ids(good: str) -> None:
     assert job_id_from(good, {}) == good
 
 
-@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "/abs", "a b", "x\n", "a" * 129, "é",
-                                 "a\x00b", "$(id)", "*"])
+@pytest.mark.parametrize(
+    "bad", ["", ".", "..", "a/b", "/abs", "a b", "x\n", "a" * 129, "é", "a\x00b", "$(id)", "*"]
+)
 def test_unsafe_ids(bad: str) -> None:
     with pytest.raises(JobnsError, match="job id"):
         job_id_from(bad, {})
@@ -50,10 +51,14 @@ def test_layouts() -> None:
 
 def test_pmix_identity() -> None:
     assert pmix_identity("5", {}) == ("jobns.5", "0")
-    assert pmix_identity("5", {"SLURM_STEP_ID": "2", "SLURM_PROCID": "9"}) == \
-        ("slurm.pmix.5.2", "9")
-    assert pmix_identity("5", {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "4",
-                               "SLURM_PROCID": "9"}) == ("ns", "4")
+    assert pmix_identity("5", {"SLURM_STEP_ID": "2", "SLURM_PROCID": "9"}) == (
+        "slurm.pmix.5.2",
+        "9",
+    )
+    assert pmix_identity("5", {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "4", "SLURM_PROCID": "9"}) == (
+        "ns",
+        "4",
+    )
     with pytest.raises(JobnsError):
         pmix_identity("5", {"PMIX_NAMESPACE": "../../etc"})
     with pytest.raises(JobnsError):

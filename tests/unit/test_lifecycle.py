@@ -51,12 +51,15 @@ def test_capacity_plan_from_directives_defaults_and_maxima() -> None:
     assert capacity.plan(cfg(), None, "local").record() == {"shm": None, "tmp": None}
 
 
-@pytest.mark.parametrize(("value", "needle"), [
-    ('"2N"', "a node count (N) is not a size"),
-    ('"lots"', "not a number with an optional suffix"),
-    ('"0"', "must be greater than zero"),
-    ('"1gib"', "case-sensitive"),
-])
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ('"2N"', "a node count (N) is not a size"),
+        ('"lots"', "not a number with an optional suffix"),
+        ('"0"', "must be greater than zero"),
+        ('"1gib"', "case-sensitive"),
+    ],
+)
 def test_bad_capacity_config_names_the_key(value: str, needle: str) -> None:
     with pytest.raises(JobnsError, match=r"\[capacity\] shm_max") as e:
         capacity.config_size(cfg(f"[capacity]\nshm_max = {value}\n"), "shm_max")
@@ -80,20 +83,33 @@ def rec(**fields: object) -> Record:
 
 
 def test_states_are_seed_003s_plus_refused_and_history_grows() -> None:
-    assert state.STATES == ("pending", "staging-in", "staged-in", "pre-run", "running",
-                            "post-run", "staging-out", "teardown", "teardown-fail", "complete",
-                            "refused")
+    assert state.STATES == (
+        "pending",
+        "staging-in",
+        "staged-in",
+        "pre-run",
+        "running",
+        "post-run",
+        "staging-out",
+        "teardown",
+        "teardown-fail",
+        "complete",
+        "refused",
+    )
     r = rec()
     r.set_state("staging-in")
-    assert r.state == "staging-in" and [h["state"] for h in r.history] == ["pending",
-                                                                          "staging-in"]
+    assert r.state == "staging-in" and [h["state"] for h in r.history] == ["pending", "staging-in"]
     with pytest.raises(AssertionError):
         r.set_state("allocating")
 
 
 def test_record_round_trips_through_its_schema_and_rejects_damage() -> None:
-    r = rec(trees=[TreeRecord(Tree("shm", "/s", (), "job-1", (), True), 1 << 20, True)],
-            pins=Pins("/p/user", "/p/mnt", 1, 2), errors=["x"], ran=True)
+    r = rec(
+        trees=[TreeRecord(Tree("shm", "/s", (), "job-1", (), True), 1 << 20, True)],
+        pins=Pins("/p/user", "/p/mnt", 1, 2),
+        errors=["x"],
+        ran=True,
+    )
     back = Record.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back.to_dict() == r.to_dict()
     assert back.trees[0].capacity == 1 << 20 and back.pins.mnt_ino == 2 and back.ran is True
@@ -110,8 +126,10 @@ def test_record_round_trips_through_its_schema_and_rejects_damage() -> None:
 
 
 def test_what_teardown_removes() -> None:
-    removed, kept = Tree("local", "/l", (), "job-1", ("tmp",), True), \
-        Tree("shared", "/s", (), "job-1", ("tmp",), False)
+    removed, kept = (
+        Tree("local", "/l", (), "job-1", ("tmp",), True),
+        Tree("shared", "/s", (), "job-1", ("tmp",), False),
+    )
     assert removable(removed, True, rec(ran=False))
     assert not removable(removed, False, rec(ran=False))  # found in place by a failed setup
     assert removable(removed, False, rec(ran=True)) and not removable(kept, True, rec(ran=True))
@@ -119,13 +137,30 @@ def test_what_teardown_removes() -> None:
 
 
 def test_host_dirs_of_a_record() -> None:
-    trees = [{"role": "local", "base": "/l", "parents": [], "name": "job-1",
-              "children": ["tmp", "var_tmp"], "remove": True},
-             {"role": "shm", "base": "/s", "parents": [], "name": "job-1", "children": [],
-              "remove": True}]
+    trees = [
+        {
+            "role": "local",
+            "base": "/l",
+            "parents": [],
+            "name": "job-1",
+            "children": ["tmp", "var_tmp"],
+            "remove": True,
+        },
+        {
+            "role": "shm",
+            "base": "/s",
+            "parents": [],
+            "name": "job-1",
+            "children": [],
+            "remove": True,
+        },
+    ]
     r = rec(trees=[TreeRecord.from_dict(t) for t in trees])
-    assert host_dirs(r) == {"/tmp": "/l/job-1/tmp", "/var/tmp":
-                                           "/l/job-1/var_tmp", "/dev/shm": "/s/job-1"}
+    assert host_dirs(r) == {
+        "/tmp": "/l/job-1/tmp",
+        "/var/tmp": "/l/job-1/var_tmp",
+        "/dev/shm": "/s/job-1",
+    }
 
 
 # ---------------------------------------------------------------------- the engine
@@ -163,13 +198,17 @@ def listing(top: Path) -> dict[str, bytes | str]:
     return out
 
 
-FILES: dict[str, bytes | str] = {"a": b"A" * 100_000, "d/b": b"B", "d/e/c": b"",
-                                 "d/link": "../a", "outside": "/etc/passwd"}
+FILES: dict[str, bytes | str] = {
+    "a": b"A" * 100_000,
+    "d/b": b"B",
+    "d/e/c": b"",
+    "d/link": "../a",
+    "outside": "/etc/passwd",
+}
 
 
 @pytest.mark.parametrize("where", ["same", "other"])
-def test_move_merges_and_empties_the_source(tmp_path: Path, other_fs: Path,
-                                            where: str) -> None:
+def test_move_merges_and_empties_the_source(tmp_path: Path, other_fs: Path, where: str) -> None:
     src = tmp_path / "src"
     dst = (tmp_path if where == "same" else other_fs) / "dst"
     src.mkdir()
@@ -186,8 +225,7 @@ def test_move_merges_and_empties_the_source(tmp_path: Path, other_fs: Path,
     assert (dst / "outside").is_symlink()  # never followed
 
 
-def test_move_across_file_systems_resumes_after_a_crash(tmp_path: Path,
-                                                        other_fs: Path) -> None:
+def test_move_across_file_systems_resumes_after_a_crash(tmp_path: Path, other_fs: Path) -> None:
     src, dst = tmp_path / "src", other_fs / "dst"
     src.mkdir()
     dst.mkdir()

@@ -19,11 +19,19 @@ def formatted(tmp_path: Path) -> str:
     page = tmp_path / "jobns.1"
     page.write_text(render())
     require(shutil.which("groff") is not None, "groff is not installed (ci/install-system)")
-    r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        ["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    r = subprocess.run(["groff", "-man", "-Tascii", "-P", "-cbou", str(page)],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        ["groff", "-man", "-Tascii", "-P", "-cbou", str(page)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return r.stdout
 
 
@@ -35,7 +43,8 @@ def sections(text: str) -> dict[str, str]:
 
 
 def test_every_option_help_lists_is_in_the_man_page(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = formatted(tmp_path)
     found = sections(text)
     assert sorted(found) == sorted(COMMANDS)

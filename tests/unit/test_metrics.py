@@ -7,26 +7,37 @@ from launcher.state import STATES
 from tests.metrics_format import parse
 
 JOBS: list[dict[str, object]] = [
-    {"job_id": "1", "state": "running", "user": {"name": "alice", "uid": 1000}, "bytes": 8192,
-     "trees": [{"role": "local", "capacity": 1 << 30}, {"role": "shm", "capacity": None}],
-     "teardown_failures": 0},
-    {"job_id": "2", "state": "teardown-fail", "user": {"name": 'b"o\\b', "uid": 1001},
-     "bytes": None, "trees": [], "teardown_failures": 2},
-    {"job_id": "3", "state": "leftover", "user": {"name": "carol", "uid": 1002},
-     "bytes": 0},
+    {
+        "job_id": "1",
+        "state": "running",
+        "user": {"name": "alice", "uid": 1000},
+        "bytes": 8192,
+        "trees": [{"role": "local", "capacity": 1 << 30}, {"role": "shm", "capacity": None}],
+        "teardown_failures": 0,
+    },
+    {
+        "job_id": "2",
+        "state": "teardown-fail",
+        "user": {"name": 'b"o\\b', "uid": 1001},
+        "bytes": None,
+        "trees": [],
+        "teardown_failures": 2,
+    },
+    {"job_id": "3", "state": "leftover", "user": {"name": "carol", "uid": 1002}, "bytes": 0},
     {"job_id": "4", "state": "unreadable", "error": "bad"},
 ]
-GC = {"time": 1700000000.5, "dead_jobs": 2, "unknown_to_slurm": 1, "leftovers": 3,
-      "problems": 0}
+GC = {"time": 1700000000.5, "dead_jobs": 2, "unknown_to_slurm": 1, "leftovers": 3, "problems": 0}
 
 
 def test_every_metric_parses_and_says_what_it_should() -> None:
     m = parse(render(JOBS, GC, ""))
     assert m["jobns_job_used_bytes"] == [
         ({"job_id": "1", "user": "alice", "state": "running"}, 8192.0),
-        ({"job_id": "3", "user": "carol", "state": "leftover"}, 0.0)]
+        ({"job_id": "3", "user": "carol", "state": "leftover"}, 0.0),
+    ]
     assert m["jobns_job_capacity_bytes"] == [
-        ({"job_id": "1", "user": "alice", "fs": "tmp"}, float(1 << 30))]
+        ({"job_id": "1", "user": "alice", "fs": "tmp"}, float(1 << 30))
+    ]
     by_state = {labels["state"]: v for labels, v in m["jobns_jobs"]}
     assert set(STATES) <= set(by_state)
     assert by_state["running"] == 1 and by_state["teardown-fail"] == 1

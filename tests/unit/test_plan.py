@@ -24,26 +24,33 @@ def job(layout: str = "local", no_rm: bool = False) -> Job:
 
 def sources(plan_layout: str, no_rm: bool = False) -> list[tuple[str, str]]:
     plan = build(config(), job(plan_layout, no_rm))
-    return [(plan.trees[b.tree].path + (f"/{b.child}" if b.child else ""), b.target)
-            for b in plan.binds]
+    return [
+        (plan.trees[b.tree].path + (f"/{b.child}" if b.child else ""), b.target) for b in plan.binds
+    ]
 
 
 def test_local_layout_is_seed_000_table_1() -> None:
-    assert sources("local") == [("/tmp/job-8451/tmp", "/tmp"),
-                                ("/tmp/job-8451/var_tmp", "/var/tmp"),
-                                ("/dev/shm/job-8451", "/dev/shm")]
+    assert sources("local") == [
+        ("/tmp/job-8451/tmp", "/tmp"),
+        ("/tmp/job-8451/var_tmp", "/var/tmp"),
+        ("/dev/shm/job-8451", "/dev/shm"),
+    ]
 
 
 def test_shared_layout_is_seed_000_table_2() -> None:
-    assert sources("shared") == [("/lustre/slurm/job-8451/tmp", "/tmp"),
-                                 ("/lustre/slurm/job-8451/var_tmp", "/var/tmp"),
-                                 ("/dev/shm/job-8451", "/dev/shm")]
+    assert sources("shared") == [
+        ("/lustre/slurm/job-8451/tmp", "/tmp"),
+        ("/lustre/slurm/job-8451/var_tmp", "/var/tmp"),
+        ("/dev/shm/job-8451", "/dev/shm"),
+    ]
 
 
 def test_per_node_layout_is_seed_000_table_3() -> None:
-    assert sources("per-node") == [("/lustre/slurm/job-8451/n01/tmp", "/tmp"),
-                                   ("/lustre/slurm/job-8451/n01/var_tmp", "/var/tmp"),
-                                   ("/dev/shm/job-8451", "/dev/shm")]
+    assert sources("per-node") == [
+        ("/lustre/slurm/job-8451/n01/tmp", "/tmp"),
+        ("/lustre/slurm/job-8451/n01/var_tmp", "/var/tmp"),
+        ("/dev/shm/job-8451", "/dev/shm"),
+    ]
 
 
 @pytest.mark.parametrize("layout", ["shared", "per-node"])
@@ -82,8 +89,11 @@ def test_environment_and_pmix_dirs() -> None:
     assert plan.env["RUNTIME_NODE_SEES_FRONTEND"] == ""
     assert plan.env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/mnt/scratch"
     assert "RUNTIME_LOCAL_SCRATCH_MOVE_TOOL" not in plan.env
-    assert plan.task_dirs == ["/tmp/pmix", "/tmp/pmix/slurm.pmix.8451.0",
-                              "/tmp/pmix/slurm.pmix.8451.0/3"]
+    assert plan.task_dirs == [
+        "/tmp/pmix",
+        "/tmp/pmix/slurm.pmix.8451.0",
+        "/tmp/pmix/slurm.pmix.8451.0/3",
+    ]
 
 
 def test_unknown_layout_is_refused() -> None:

@@ -20,8 +20,9 @@ SCHEMA_DIR = Path(generate.__file__).parent
 
 
 def test_generated_module_is_up_to_date() -> None:
-    assert (SCHEMA_DIR / "generated.py").read_text() == generate.render(), \
+    assert (SCHEMA_DIR / "generated.py").read_text() == generate.render(), (
         "run `python -m schemas.generate` after editing schemas/*.json"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
@@ -47,20 +48,28 @@ def test_schema_is_valid_and_uses_only_supported_keywords(name: str) -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(-1e6, 1e6, allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(-1e6, 1e6, allow_nan=False)
     | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
-    max_leaves=12)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def mutate_config() -> st.SearchStrategy[dict[str, Any]]:
-    keys = st.sampled_from(["local_base", "shm_base", "shared_base", "state_dir", "kill_wait",
-                            "arc", "other"])
-    arc = st.dictionaries(st.sampled_from(["shared_filesystem", "scratchdir", "movetool",
-                                           "shared_scratch", "x"]), json_values, max_size=4)
-    value = st.one_of(json_values, arc, st.text(min_size=1, max_size=8),
-                      st.integers(-5, 100_000))
+    keys = st.sampled_from(
+        ["local_base", "shm_base", "shared_base", "state_dir", "kill_wait", "arc", "other"]
+    )
+    arc = st.dictionaries(
+        st.sampled_from(["shared_filesystem", "scratchdir", "movetool", "shared_scratch", "x"]),
+        json_values,
+        max_size=4,
+    )
+    value = st.one_of(json_values, arc, st.text(min_size=1, max_size=8), st.integers(-5, 100_000))
     return st.dictionaries(keys, value, max_size=6)
 
 

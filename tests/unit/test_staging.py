@@ -16,11 +16,12 @@ ALICE = User("alice", 1000, 1000, (1000,), "/home/alice")
 
 
 def config(extra: str = "", movetool: str = "", shared: bool = True) -> Config:
-    text = ('local_base = "/l"\nshm_base = "/s"\nshared_base = "/c"\n'
-            f'[arc]\nshared_filesystem = {"true" if shared else "false"}\n'
-            f'scratchdir = "/scratch"\nmovetool = "{movetool}"\n'
-            '[staging]\nsession_roots = ["/sess1", "/sess2"]\nstage_roots = ["/data"]\n'
-            + extra)
+    text = (
+        'local_base = "/l"\nshm_base = "/s"\nshared_base = "/c"\n'
+        f"[arc]\nshared_filesystem = {'true' if shared else 'false'}\n"
+        f'scratchdir = "/scratch"\nmovetool = "{movetool}"\n'
+        '[staging]\nsession_roots = ["/sess1", "/sess2"]\nstage_roots = ["/data"]\n' + extra
+    )
     return Config(parse(text, "/t.toml"), "/t.toml")
 
 
@@ -51,14 +52,17 @@ def test_session_dir_from_flag_and_template() -> None:
     assert session_dir_from(None, config(), SYMS) == (None, None)  # no template: no staging
 
 
-@pytest.mark.parametrize(("flag", "needle"), [
-    ("/etc/passwd", "outside the allowed directories"),
-    ("/sess1", "directly below one of"),
-    ("/sess1/a/b", "directly below one of"),
-    ("/sess1/../etc", "contains '..'"),
-    ("/sess1/a%20b", "not a safe path component"),
-    ("relative/x", "relative"),
-])
+@pytest.mark.parametrize(
+    ("flag", "needle"),
+    [
+        ("/etc/passwd", "outside the allowed directories"),
+        ("/sess1", "directly below one of"),
+        ("/sess1/a/b", "directly below one of"),
+        ("/sess1/../etc", "contains '..'"),
+        ("/sess1/a%20b", "not a safe path component"),
+        ("relative/x", "relative"),
+    ],
+)
 def test_bad_session_dir_flags(flag: str, needle: str) -> None:
     with pytest.raises(JobnsError, match="--session-dir") as e:
         session_dir_from(flag, config(), SYMS)
@@ -107,15 +111,16 @@ def test_movetools_that_delete_sources_are_refused(tool: str) -> None:
 
 def test_job_paths_map_to_the_host_trees() -> None:
     cfg = config()
-    for layout, tmp in (("local", "/l/job-42/tmp"), ("shared", "/c/job-42/tmp"),
-                        ("per-node", "/c/job-42/node1/tmp")):
+    for layout, tmp in (
+        ("local", "/l/job-42/tmp"),
+        ("shared", "/c/job-42/tmp"),
+        ("per-node", "/c/job-42/node1/tmp"),
+    ):
         _, plan = plan_for(cfg, job(layout))
         assert job_to_host("/tmp/a/b", plan, None) == f"{tmp}/a/b"
-        assert job_to_host("/var/tmp", plan, None) == \
-            tmp.replace("/tmp", "/var_tmp")
+        assert job_to_host("/var/tmp", plan, None) == tmp.replace("/tmp", "/var_tmp")
         assert job_to_host("/dev/shm/x", plan, None) == "/s/job-42/x"
-        assert job_to_host("/scratch/A/x", plan, "/scratch/A") == \
-            "/scratch/A/x"
+        assert job_to_host("/scratch/A/x", plan, "/scratch/A") == "/scratch/A/x"
     with pytest.raises(JobnsError, match="internal error"):
         job_to_host("/etc", plan, None)
 
@@ -127,30 +132,37 @@ def directives(*lines: str) -> Directives:
 def test_stage_directives_resolve_to_host_paths() -> None:
     cfg = config()
     j, plan = plan_for(cfg)
-    d = directives("stage_in source=/data/%u/in destination=/tmp/in",
-                   "stage_in source=%d/x destination=/scratch/ARCid/x",
-                   "stage_out source=/dev/shm/out destination=/data/%u/out-%j-%x",
-                   "stage_out source=/tmp/\\\\%j destination=/data/lit")
+    d = directives(
+        "stage_in source=/data/%u/in destination=/tmp/in",
+        "stage_in source=%d/x destination=/scratch/ARCid/x",
+        "stage_out source=/dev/shm/out destination=/data/%u/out-%j-%x",
+        "stage_out source=/tmp/\\\\%j destination=/data/lit",
+    )
     st, _ = build(cfg, j, plan, d, "/sess1/ARCid", SYMS)
     assert st is not None
     assert [(c.source, c.destination) for c in st.stage_in] == [
         ("/data/alice/in", "/l/job-42/tmp/in"),
-        ("/sess1/ARCid/x", "/scratch/ARCid/x")]  # the session dir is always a host root
+        ("/sess1/ARCid/x", "/scratch/ARCid/x"),
+    ]  # the session dir is always a host root
     assert [(c.source, c.destination) for c in st.stage_out] == [
         ("/s/job-42/out", "/data/alice/out-42-sim"),
-        ("/l/job-42/tmp/%j", "/data/lit")]
+        ("/l/job-42/tmp/%j", "/data/lit"),
+    ]
     assert st.stage_in[0].line == "#JOBNS stage_in source=/data/%u/in destination=/tmp/in"
     # The record is all a crash recovery has: it must round-trip.
     again = Staging.from_record(st.record())
     assert again is not None and again.record() == st.record()
 
 
-@pytest.mark.parametrize(("line", "needle"), [
-    ("stage_in source=/etc/shadow destination=/tmp/x", "line 2: "),
-    ("stage_in source=/data/x destination=/home/alice/x", "outside the allowed"),
-    ("stage_out source=/etc/shadow destination=/data/x", "outside the allowed"),
-    ("stage_in source=/data/%x/y destination=/tmp/x", "cannot be substituted for %x"),
-])
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("stage_in source=/etc/shadow destination=/tmp/x", "line 2: "),
+        ("stage_in source=/data/x destination=/home/alice/x", "outside the allowed"),
+        ("stage_out source=/etc/shadow destination=/data/x", "outside the allowed"),
+        ("stage_in source=/data/%x/y destination=/tmp/x", "cannot be substituted for %x"),
+    ],
+)
 def test_stage_directives_outside_their_roots_name_the_line(line: str, needle: str) -> None:
     cfg = config()
     j, plan = plan_for(cfg)
@@ -164,15 +176,20 @@ def test_stage_directives_without_configured_roots() -> None:
     cfg = Config(parse("", "/t"), "/t")
     j, plan = plan_for(cfg)
     with pytest.raises(DirectiveError, match="no directories are configured for staging"):
-        build(cfg, j, plan, directives("stage_in source=/x destination=/tmp/x"), None,
-              SYMS)
+        build(cfg, j, plan, directives("stage_in source=/x destination=/tmp/x"), None, SYMS)
 
 
 def test_describe_says_what_moves_where() -> None:
     cfg = config(movetool="rsync -a")
     j, plan = plan_for(cfg)
-    st, _ = build(cfg, j, plan, directives("stage_out source=/tmp/o destination=/data/o"),
-                  "/sess1/ARCid", SYMS)
+    st, _ = build(
+        cfg,
+        j,
+        plan,
+        directives("stage_out source=/tmp/o destination=/data/o"),
+        "/sess1/ARCid",
+        SYMS,
+    )
     assert st is not None
     text = "\n".join(st.describe())
     assert "move /sess1/ARCid/* -> /scratch/ARCid/" in text and "movetool 'rsync -a'" in text
@@ -183,23 +200,28 @@ def test_describe_says_what_moves_where() -> None:
 # --------------------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ('[staging]\nsession_roots = ["rel"]', "session_roots: 'rel' must be an absolute"),
-    ('[staging]\nstage_roots = ["/a/../b"]', "stage_roots: '/a/../b' must be an absolute"),
-    ('[staging]\nstdio = ["a/b"]', "stdio: 'a/b' must be a file name"),
-    ('[staging]\nsession_dir = "%d"\nsession_roots = ["/s"]', "needs [arc] scratchdir"),
-    ('[arc]\nscratchdir = "/x"\n[staging]\nsession_dir = "%d"', "needs session_roots"),
-    ('[arc]\nscratchdir = "/tmp/arc"\n[staging]\nsession_dir = "%d"\nsession_roots = ["/s"]',
-     "is under /tmp"),
-    ('[arc]\nmovetool = "rsync \'-a"', "No closing quotation"),
-    ('[lifecycle]\npre_run = "prerun.sh"', "absolute path"),
-    ('[lifecycle]\npost_run = "  "', "is blank"),
-    ('[lifecycle]\nprogram_timeout = 0', "program_timeout: must be >= 1"),
-    ('[directives]\nword = "#JOBNS"', "does not match"),
-    ('[directives]\nwordd = "X"', "directives.wordd: unknown key"),
-    ('[capacity]\nshm_max = true', "capacity.shm_max: must be of type string or integer"),
-    ('[staging]\ntimeout = -1', "staging.timeout: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[staging]\nsession_roots = ["rel"]', "session_roots: 'rel' must be an absolute"),
+        ('[staging]\nstage_roots = ["/a/../b"]', "stage_roots: '/a/../b' must be an absolute"),
+        ('[staging]\nstdio = ["a/b"]', "stdio: 'a/b' must be a file name"),
+        ('[staging]\nsession_dir = "%d"\nsession_roots = ["/s"]', "needs [arc] scratchdir"),
+        ('[arc]\nscratchdir = "/x"\n[staging]\nsession_dir = "%d"', "needs session_roots"),
+        (
+            '[arc]\nscratchdir = "/tmp/arc"\n[staging]\nsession_dir = "%d"\nsession_roots = ["/s"]',
+            "is under /tmp",
+        ),
+        ('[arc]\nmovetool = "rsync \'-a"', "No closing quotation"),
+        ('[lifecycle]\npre_run = "prerun.sh"', "absolute path"),
+        ('[lifecycle]\npost_run = "  "', "is blank"),
+        ("[lifecycle]\nprogram_timeout = 0", "program_timeout: must be >= 1"),
+        ('[directives]\nword = "#JOBNS"', "does not match"),
+        ('[directives]\nwordd = "X"', "directives.wordd: unknown key"),
+        ("[capacity]\nshm_max = true", "capacity.shm_max: must be of type string or integer"),
+        ("[staging]\ntimeout = -1", "staging.timeout: must be >= 0"),
+    ],
+)
 def test_bad_staging_config_names_the_key(text: str, needle: str) -> None:
     with pytest.raises(JobnsError, match="read config /f") as e:
         parse(text, "/f")
@@ -207,10 +229,12 @@ def test_bad_staging_config_names_the_key(text: str, needle: str) -> None:
 
 
 def test_full_staging_config() -> None:
-    cfg = config('session_dir = "%d"\ndynamic_scratch = true\nstdio = ["out.txt"]\n'
-                 'timeout = 60\n[lifecycle]\npre_run = "/sbin/pre --x"\n'
-                 '[directives]\nword = "BB_X"\n[capacity]\ngranularity = 4096\n'
-                 'shm_max = "1GiB"\n')
+    cfg = config(
+        'session_dir = "%d"\ndynamic_scratch = true\nstdio = ["out.txt"]\n'
+        'timeout = 60\n[lifecycle]\npre_run = "/sbin/pre --x"\n'
+        '[directives]\nword = "BB_X"\n[capacity]\ngranularity = 4096\n'
+        'shm_max = "1GiB"\n'
+    )
     assert cfg.staging.session_dir == "%d" and cfg.staging.dynamic_scratch
     assert cfg.staging.stdio == ["out.txt"] and cfg.staging.timeout == 60.0
     assert cfg.lifecycle.pre_run == "/sbin/pre --x" and cfg.lifecycle.post_run == ""

@@ -43,8 +43,9 @@ def new_job_id() -> str:
     return str(100000 + secrets.randbelow(900000))
 
 
-def jobns_run(job_id: str, mode: str, flags: Sequence[str], script: str,
-              args: Sequence[str] = ()) -> list[str]:
+def jobns_run(
+    job_id: str, mode: str, flags: Sequence[str], script: str, args: Sequence[str] = ()
+) -> list[str]:
     """The argv (run as root in the node) that starts `sh -c script args` as a job."""
     argv = ["jobns", "run", "--job-id", job_id, *flags]
     if mode == "--user":
@@ -55,8 +56,15 @@ def jobns_run(job_id: str, mode: str, flags: Sequence[str], script: str,
     return argv
 
 
-def run_job(node: Node, job_id: str, mode: str, flags: Sequence[str], script: str,
-            args: Sequence[str] = (), timeout: float = 90) -> ExecResult:
+def run_job(
+    node: Node,
+    job_id: str,
+    mode: str,
+    flags: Sequence[str],
+    script: str,
+    args: Sequence[str] = (),
+    timeout: float = 90,
+) -> ExecResult:
     return node.exec(jobns_run(job_id, mode, flags, script, args), timeout=timeout)
 
 
@@ -77,5 +85,7 @@ def in_background(fn: Callable[[], object]) -> Iterator[None]:
 
 
 def describe(results: dict[str, ExecResult]) -> str:
-    return "\n".join(f"== {name}: exit {r.exit_code}\n-- stdout\n{r.stdout}-- stderr\n{r.stderr}"
-                     for name, r in results.items())
+    return "\n".join(
+        f"== {name}: exit {r.exit_code}\n-- stdout\n{r.stdout}-- stderr\n{r.stderr}"
+        for name, r in results.items()
+    )
