@@ -40,7 +40,13 @@ def env_main(opts: Options, _command: list[str]) -> int:
         job = Job(job_id, user, hostname(), values["layout"], False, nspace, rank)
         env = job_environment(config_from_run_env(values), job)
     else:
-        env = job_environment(config, job_from(opts, environ))
+        # Not a list of defaults: a TaskProlog must not hand a task variables of a job
+        # that has no directories here.
+        raise JobnsError(
+            f"env: job {job_id} is not set up on this node (jobns setup did not "
+            "run here, or the job ended); `jobns run --dry-run` shows what a "
+            "standalone task would get"
+        )
     if fmt == "json":
         print(json.dumps(env, indent=2, sort_keys=True))
     elif fmt == "slurm":
@@ -61,8 +67,8 @@ def env_main(opts: Options, _command: list[str]) -> int:
             if "\n" not in v:
                 print(f"export {k}={v}")
     else:
-        # Slurm's TaskProlog reads "export NAME=value" lines verbatim; shlex.quote leaves
-        # every value jobns makes (paths, ids) bare, so both readings agree on them.
+        # For a shell (`eval "$(jobns env)"`): quoted. A Slurm TaskProlog is taken
+        # verbatim, quotes and all: that is --format slurm.
         for k, v in sorted(env.items()):
             print(f"export {k}={shlex.quote(v)}")
     return 0

@@ -240,6 +240,10 @@ def test_env_and_status(sandbox: Sandbox, users: list[OsUser]) -> None:
     assert env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/scratch"
     r = sandbox.run(["env", "--job-id", "800", "--format", "json"])
     assert json.loads(r.stdout)["TMPDIR"] == "/tmp"
+    # A TaskProlog's lines are taken verbatim by slurmstepd: no quoting (issue 14).
+    r = sandbox.run(["env", "--job-id", "800", "--format", "slurm"])
+    assert r.returncode == 0 and "export RUNTIME_NODE_SEES_FRONTEND=yes\n" in r.stdout
+    assert "'" not in r.stdout, r.stdout
     r = sandbox.run(["status", "--json"])
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -251,6 +255,8 @@ def test_env_and_status(sandbox: Sandbox, users: list[OsUser]) -> None:
     assert "800" in text and alice.name in text and "PER USER" in text
     teardown(sandbox, "800")
     assert_clean(sandbox)
+    r = sandbox.run(["env", "--job-id", "800"])  # not set up: an error, not defaults
+    assert r.returncode == 125 and "not set up on this node" in r.stderr and r.stdout == ""
 
 
 def test_setup_and_teardown_need_root(sandbox: Sandbox, users: list[OsUser]) -> None:

@@ -161,3 +161,23 @@ def test_a_closed_pipe_is_quiet() -> None:
     finally:
         os.close(w)
     assert p.stderr == "" and p.returncode == 125
+
+
+def test_the_readme_synopsis_lists_every_option_help_lists() -> None:
+    """README "Command line" and --help tell the same story (issue 14)."""
+    text = (REPO / "README.md").read_text()
+    synopsis = text[text.index("jobns run      [") :]
+    synopsis = synopsis[: synopsis.index("```")]
+    blocks: dict[str, str] = {}
+    name = ""
+    for line in synopsis.splitlines():
+        if line.startswith("jobns "):
+            name = line.split()[1]
+            blocks[name] = ""
+        blocks[name] += line + "\n"
+    for cmd in COMMANDS.values():
+        assert cmd.name in blocks, f"README synopsis lacks jobns {cmd.name}"
+        for opt in cmd.opts.values():
+            assert opt.name in blocks[cmd.name], (
+                f"README synopsis of jobns {cmd.name} lacks {opt.name}"
+            )
