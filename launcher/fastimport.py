@@ -1,14 +1,15 @@
-"""The C modules behind `signal` and `prctl`, typed as their Python faces.
+"""The C module behind `signal`, typed as its Python face, and the three prctl calls.
 
-jobns runs once per task, so import time is launch time: `signal` wraps
-`_signal` in enums (~4 ms, mostly importing enum) and `prctl` builds classes
-for every capability (~1.5 ms). The functions and constants we use are the C
-modules' own, so we import those; mypy checks against the Python modules.
+jobns runs once per task, so import time is launch time: `signal` wraps `_signal` in
+enums (~4 ms, mostly importing enum), and python-prctl's C module costs a dlopen
+(~0.2 ms) for three calls that launcher.libc (loaded anyway) makes directly. mypy checks
+`signal` against the Python module; tests/unit/test_fastimport.py checks that these agree
+with the plain `signal` and `prctl` modules.
 """
 
 from __future__ import annotations
 
-import _prctl
+from launcher import libc
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -17,16 +18,22 @@ else:
     import _signal as signal
 
 
+# <linux/prctl.h>
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
 def set_pdeathsig(sig: int) -> None:
-    _prctl.prctl(_prctl.PR_SET_PDEATHSIG, sig)
+    libc.prctl(PR_SET_PDEATHSIG, int(sig))
 
 
 def set_child_subreaper(on: bool) -> None:
-    _prctl.prctl(_prctl.PR_SET_CHILD_SUBREAPER, 1 if on else 0)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
 
 
 def set_dumpable(on: bool) -> None:
-    _prctl.prctl(_prctl.PR_SET_DUMPABLE, 1 if on else 0)
+    libc.prctl(PR_SET_DUMPABLE, 1 if on else 0)
 
 
 __all__ = ["set_child_subreaper", "set_dumpable", "set_pdeathsig", "signal"]

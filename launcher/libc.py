@@ -84,6 +84,7 @@ _unshare = _function("unshare")
 _setns = _function("setns")
 _renameat2 = _function("renameat2")
 _syscall = _function("syscall")
+_prctl = _function("prctl")
 
 
 def oserror(op: str, path: str | None = None) -> OSError:
@@ -150,3 +151,9 @@ def openat2(dir_fd: int, name: str, flags: int, resolve: int) -> int:
     if fd < 0:
         raise oserror(f"openat2({name!r})", name)
     return fd
+
+
+def prctl(option: int, arg: int) -> None:
+    """prctl(2) with one argument (the rest 0; passed as longs: prctl is variadic)."""
+    if _prctl(option, _CLong(arg), _CLong(0), _CLong(0), _CLong(0)) < 0:
+        raise oserror(f"prctl({option}, {arg})")

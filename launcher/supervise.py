@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import time
 
 from launcher.errors import (
     EXIT_JOBNS_FAILED,
@@ -45,6 +44,13 @@ HANDLED = (*FORWARDED, signal.SIGTERM, signal.SIGCHLD)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 HIDDEN = ("/tmp/", "/var/tmp/", "/dev/shm/")
 DOUBLE_INTERRUPT = 1.0  # seconds: a second SIGINT this soon terminates the task (as srun)
+
+
+def _now() -> float:
+    # `time` only when a deadline is needed (a signal, a termination): most tasks never do.
+    import time
+
+    return time.monotonic()
 
 
 def descendants(root: int) -> list[int]:
@@ -232,16 +238,16 @@ class Supervisor:
         tree = descendants(self.me)
         signal_all(tree, signal.SIGCONT)
         signal_all(tree, signal.SIGTERM)
-        self.deadline = time.monotonic() + self.kill_wait
+        self.deadline = _now() + self.kill_wait
 
     def kill(self) -> None:
         signal_all(descendants(self.me), signal.SIGKILL)
         # Keep killing once a second: something may have forked meanwhile.
-        self.deadline = time.monotonic() + 1.0
+        self.deadline = _now() + 1.0
 
     def forward(self, sig: int) -> None:
         if sig == signal.SIGINT:
-            now = time.monotonic()
+            now = _now()
             if now - self.last_interrupt < DOUBLE_INTERRUPT:
                 self.terminate()
                 return
@@ -263,7 +269,7 @@ class Supervisor:
             if self.main_status is not None and not self.terminating:
                 # The command is done: whatever it left running goes the same way.
                 self.terminate()
-            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            timeout = None if self.deadline is None else max(0.0, self.deadline - _now())
             if timeout is None:
                 info = signal.sigwaitinfo(wanted)
                 sig: int | None = info.si_signo
