@@ -783,3 +783,12 @@ def test_confine_arbitrary_text(path: str) -> None:
         return
     assert _within(result, "/scratch")
     assert ".." not in result.split("/")
+
+
+def test_a_bad_capacity_suggests_only_what_a_capacity_accepts() -> None:
+    """The hint once offered `capacity=2N`, which shm and tmp then rejected (issue 14)."""
+    from launcher.directives import parse_capacity
+
+    with pytest.raises(JobnsError) as e:
+        parse_capacity("lots")
+    assert "2N" not in str(e.value) and "capacity=10GiB" in str(e.value)
