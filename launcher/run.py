@@ -180,11 +180,11 @@ def run_joined(
         # unprivileged process may setns); a root job's namespace is root's, and so is
         # an enforced job's.
         namespace.join(user_pin, mnt_pin)
-        if enforced:
-            switch_user(job.user)
         if net_none:
             namespace.unshare_net()
             namespace.loopback_up()
+        if enforced:
+            switch_user(job.user)  # after the network: a user of the host has no CAP_NET_ADMIN
         arm_child_death_signal(me)
         enter_workdir(cwd)
         make_task_dirs(task_dirs)

@@ -489,3 +489,23 @@ def test_a_private_root_mount_is_reported_once_per_boot(
 def root_is_shared() -> bool:
     root = [ln for ln in host_mounts().splitlines() if ln.split()[4] == "/"]
     return "shared:" in root[-1].split(" - ")[0]
+
+
+def test_root_joins_an_enforced_job_and_runs_as_its_owner(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """[slurm] enforce: the namespace is root's; root joins it, then becomes the owner
+    (with --net none too); the owner cannot join from outside (the plugin puts tasks in)."""
+    alice = users[0]
+    sandbox.write_config("[slurm]\nenforce = true\n")
+    setup(sandbox, "1201", "--user", alice.name)
+    for extra in ([], ["--net", "none"]):
+        r = sandbox.run(
+            ["run", "--job-id", "1201", *extra, "--", "sh", "-c", "id -u; touch /tmp/x"]
+        )
+        assert r.returncode == 0 and r.stdout.split() == [str(alice.uid)], r.stderr
+    assert (sandbox.local / "job-1201" / "tmp" / "x").stat().st_uid == alice.uid
+    r = sandbox.run(["run", "--job-id", "1201", "--", "true"], user=alice)
+    assert r.returncode == 125 and "SPANK plugin" in r.stderr, r.stderr
+    teardown(sandbox, "1201")
+    assert_clean(sandbox)
