@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-from launcher.errors import JobnsError, printable_path
+from jobns.launcher.errors import JobnsError, printable_path
 
 MAX_CONFIG = 4 << 20
 CONFIG = "config.json"
@@ -181,7 +181,7 @@ def _open_dir(path: str) -> int:
 
 def read_doc(path: str) -> dict[str, object]:
     """config.json of the bundle at path, parsed (a JSON object)."""
-    from launcher.jsonfast import loads
+    from jobns.launcher.jsonfast import loads
 
     printable_path(path, "open bundle")
     where = f"{path}/{CONFIG}"

@@ -29,15 +29,15 @@ import errno
 import fcntl
 import os
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.config import Config
-    from launcher.fs import TreeHandle
-    from launcher.job import Job
+    from jobns.launcher.config import Config
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.job import Job
 
 HOLDS = "holds"
 VERSION = "1"
@@ -133,7 +133,7 @@ class Pending:
             os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except OSError as e:
             raise JobnsError(f"create hold {self.path}: {e.strerror}") from None
-        from launcher.fork import spawn
+        from jobns.launcher.fork import spawn
 
         # launcher.fork: the holder keeps only the container's pidfd, the hold's lock and
         # the trees' share locks; above all not the JobLock the hook holds while it forks.
@@ -251,7 +251,7 @@ def _holder(
     """The holder: a detached process standing for the container as a task of the job."""
     import select
 
-    from launcher import fs
+    from jobns.launcher import fs
 
     os.setsid()  # out of the runtime's session: its terminal's signals are not for us
     # stdin/out/err are /dev/null already (launcher.fork): runc waits for EOF on the
@@ -323,7 +323,7 @@ def release(state_dir: str, job_id: str, cid: str, config: Config) -> list[str]:
 def retire(state_dir: str, job_id: str, path: str, fd: int) -> None:
     """Remove a finished hold (fd: the hold file, locked), the job's hold directory if it
     was the last, and the job's lock file if nothing else of the job is left here."""
-    from launcher import state
+    from jobns.launcher import state
 
     with state.JobLock(state_dir, job_id) as lock:
         try:
@@ -338,9 +338,9 @@ def retire(state_dir: str, job_id: str, path: str, fd: int) -> None:
 
 
 def _release_trees(state_dir: str, info: dict[str, str], config: Config) -> list[str]:
-    from launcher import fs
-    from launcher.job import Job, User, hostname
-    from launcher.plan import build
+    from jobns.launcher import fs
+    from jobns.launcher.job import Job, User, hostname
+    from jobns.launcher.plan import build
 
     try:
         uid, gid = int(info["uid"]), int(info["gid"])
@@ -362,7 +362,7 @@ def _release_trees(state_dir: str, info: dict[str, str], config: Config) -> list
 def adopted(state_dir: str, job_id: str) -> Callable[[], bool]:
     """For fs.release_tree: has a prolog (jobns setup) set the job up since, and so taken
     over its trees (its epilog removes them)?"""
-    from launcher.state import is_set_up
+    from jobns.launcher.state import is_set_up
 
     return lambda: is_set_up(state_dir, job_id)
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 
-from hook import holds
-from hook import state as oci
-from launcher import config as config_mod
-from launcher.errors import JobnsError
-from launcher.job import safe_component
+from jobns.hook import holds
+from jobns.hook import state as oci
+from jobns.launcher import config as config_mod
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import safe_component
 
 # poststop needs none of what follows (ctypes alone is ~2.5 ms of a ~12 ms start);
 # createRuntime imports it in create().
@@ -27,14 +27,14 @@ TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from hook.bundle import Bundle
-    from launcher.config import Config
-    from launcher.fs import TreeHandle
-    from launcher.inputs import Options
-    from launcher.job import Job
-    from launcher.plan import Plan
-    from launcher.record import Record
-    from launcher.state import JobLock
+    from jobns.hook.bundle import Bundle
+    from jobns.launcher.config import Config
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.inputs import Options
+    from jobns.launcher.job import Job
+    from jobns.launcher.plan import Plan
+    from jobns.launcher.record import Record
+    from jobns.launcher.state import JobLock
 
 
 def main(opts: Options, command: list[str]) -> int:
@@ -66,9 +66,9 @@ def main(opts: Options, command: list[str]) -> int:
 def create(config: Config, st: oci.OciState, cid: str, set_up: str | None = None) -> None:
     """set_up: the job id --job-id names (a job spec's CDI hook): that job, which a prolog
     must have set up here; the container's annotations and environment do not count."""
-    from hook import bundle as bundle_mod
-    from hook import identity, mounts
-    from launcher import state
+    from jobns.hook import bundle as bundle_mod
+    from jobns.hook import identity, mounts
+    from jobns.launcher import state
 
     if st.pid <= 0:
         raise JobnsError(
@@ -126,8 +126,8 @@ def _create_locked(
     lock: JobLock,
     held: bool,
 ) -> None:
-    from hook import mounts
-    from launcher.plan import build
+    from jobns.hook import mounts
+    from jobns.launcher.plan import build
 
     ns_path = f"/proc/{st.pid}/ns/mnt"
     who = f"container {cid}"
@@ -177,8 +177,8 @@ def check_set_up(
     set up here and owned by the container's user; its trees are bound where the runtime
     did not bind them (or bound something else: a tree renamed and replaced by a link
     after the spec was written), so the container sees exactly the verified trees."""
-    from hook import identity, mounts
-    from launcher.job import User, safe_component
+    from jobns.hook import identity, mounts
+    from jobns.launcher.job import User, safe_component
 
     job_id = safe_component(job_id, "--job-id", "name a job jobns setup prepared")
     who = f"container {cid}"
@@ -195,7 +195,7 @@ def check_set_up(
         )
     owner = User(record.user_name, record.uid, record.gid, (record.gid,), "/")
     identity.check_owner(who, container_uid, job_id, owner)
-    from launcher.record import job_of
+    from jobns.launcher.record import job_of
 
     plan = recorded_plan(config, job_of(record, owner), "", who, record, container_uid)
     uid, gid = plan.owner
@@ -218,7 +218,7 @@ def already_bound(pid: int, rootfs: str, plan: Plan, handles: list[TreeHandle]) 
     container's mount namespace: no bind child to fork, the common case of a CDI hook.
     Only a yes skips anything; any doubt (a link on the way, another directory) leaves it
     to mounts.apply, which walks without following links and binds or refuses."""
-    from launcher import fs
+    from jobns.launcher import fs
 
     if os.path.realpath(rootfs) != rootfs:
         return False  # a link on the way to the rootfs: mounts.apply decides (rootfs.py)
@@ -234,8 +234,8 @@ def already_bound(pid: int, rootfs: str, plan: Plan, handles: list[TreeHandle]) 
 
 def recorded(state_dir: str, job_id: str) -> Record | None:
     """The prolog's record of the job, if any (a stat first: a record costs json)."""
-    from launcher import record as records
-    from launcher import state
+    from jobns.launcher import record as records
+    from jobns.launcher import state
 
     if not os.path.exists(f"{state.job_dir(state_dir, job_id)}/{state.STATE}"):
         return None
@@ -249,9 +249,9 @@ def recorded_plan(
     container's (host) user, container_uid. `who` (the container or bundle) is for
     messages; `named`: what named the job user (checked against the container's user by
     identity.check_named before)."""
-    from hook import identity
-    from launcher.job import User
-    from launcher.record import job_of, plan_of
+    from jobns.hook import identity
+    from jobns.launcher.job import User
+    from jobns.launcher.record import job_of, plan_of
 
     if record.state != "running":
         raise JobnsError(
@@ -283,7 +283,7 @@ def check_trees_owner(who: str, container_uid: int, job_id: str, plan: Plan) -> 
     for the message: acquire_tree verifies, fd by fd."""
     import stat
 
-    from hook import identity
+    from jobns.hook import identity
 
     for tree in plan.trees:
         path = tree.base.rstrip("/")
@@ -309,7 +309,7 @@ def acquire_all(
     lock: bool,
     adopted: Callable[[], bool] | None = None,
 ) -> list[TreeHandle]:
-    from launcher import fs
+    from jobns.launcher import fs
 
     handles: list[TreeHandle] = []
     try:
@@ -324,7 +324,7 @@ def acquire_all(
 def drop(handles: list[TreeHandle], adopted: Callable[[], bool] | None = None) -> list[str]:
     """Undo acquire_all: remove the trees it made (unless another task joined them
     meanwhile, or a prolog has set the job up since: adopted()), close the others."""
-    from launcher import fs
+    from jobns.launcher import fs
 
     errors: list[str] = []
     for h in handles:

@@ -25,8 +25,8 @@ exception: only a job owned by root is given to it.
 
 from __future__ import annotations
 
-from launcher.errors import JobnsError
-from launcher.job import (
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import (
     Job,
     User,
     hostname,
@@ -38,7 +38,7 @@ from launcher.job import (
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from hook.bundle import Bundle
+    from jobns.hook.bundle import Bundle
 
 JOB_ID = "org.jobns.job-id"
 USER = "org.jobns.user"

@@ -32,24 +32,24 @@ from __future__ import annotations
 
 import os
 
-from hook import rootfs as rootfs_mod
-from launcher import fs, libc
-from launcher.errors import JobnsError
-from launcher.fastimport import signal
-from launcher.fork import spawn
-from launcher.namespace import (
+from jobns.hook import rootfs as rootfs_mod
+from jobns.launcher import fs, libc
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.fastimport import signal
+from jobns.launcher.fork import spawn
+from jobns.launcher.namespace import (
     _KEEP,  # the flags a bind remount must keep
     apply_binds,
 )
-from launcher.state import PAUSE_VAR
+from jobns.launcher.state import PAUSE_VAR
 
 PAUSE_POINT = "hook-bind"  # test hook: the bind helper stops itself before it binds
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from hook.rootfs import Target
-    from launcher.fs import TreeHandle
-    from launcher.plan import Plan
+    from jobns.hook.rootfs import Target
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.plan import Plan
 
 
 def open_namespace(pid: int, cid: str) -> int:

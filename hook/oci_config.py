@@ -30,19 +30,19 @@ from __future__ import annotations
 import os
 import sys
 
-from hook import bundle as bundle_mod
-from hook import holds, identity, rootfs
-from hook.hook import acquire_all, check_trees_owner, drop, recorded, recorded_plan
-from launcher import config as config_mod
-from launcher.environment import job_environment
-from launcher.errors import JobnsError
-from launcher.plan import build
+from jobns.hook import bundle as bundle_mod
+from jobns.hook import holds, identity, rootfs
+from jobns.hook.hook import acquire_all, check_trees_owner, drop, recorded, recorded_plan
+from jobns.launcher import config as config_mod
+from jobns.launcher.environment import job_environment
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.plan import build
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from launcher.inputs import Options
-    from launcher.job import Job
-    from launcher.plan import Plan
+    from jobns.launcher.inputs import Options
+    from jobns.launcher.job import Job
+    from jobns.launcher.plan import Plan
 
 MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
 

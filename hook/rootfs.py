@@ -27,7 +27,7 @@ import errno
 import os
 import stat
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 MODES = {"tmp": 0o1777, "var/tmp": 0o1777, "dev/shm": 0o1777}

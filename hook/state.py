@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 CREATE = "createRuntime"
 POSTSTOP = "poststop"
@@ -75,9 +75,9 @@ def read_stdin() -> bytes:
 
 
 def parse(data: bytes) -> OciState:
-    from launcher.jsonfast import loads
-    from launcher.validate import first_error
-    from schemas.generated import SCHEMAS
+    from jobns.launcher.jsonfast import loads
+    from jobns.launcher.validate import first_error
+    from jobns.schemas.generated import SCHEMAS
 
     if not data.strip():
         raise JobnsError(f"read the OCI state on stdin: it is empty; {FIX}")

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 if TYPE_CHECKING:
-    from launcher.config import Config
-    from launcher.directives import Directives
+    from jobns.launcher.config import Config
+    from jobns.launcher.directives import Directives
 
 ROLES = ("shm", "tmp")
 # Which tree a capacity limits: the shm tree, or the local tree holding tmp/ and var_tmp/.
@@ -118,7 +118,7 @@ def config_size(config: Config, key: str) -> int | None:
             raise JobnsError(f"{where}: must be at least 1 byte")
         return value
     # directives costs ~15 ms to import (dataclasses, fractions): only when sizes are used.
-    from launcher.directives import DirectiveError, NodeCount, parse_capacity
+    from jobns.launcher.directives import DirectiveError, NodeCount, parse_capacity
 
     try:
         size = parse_capacity(value)
@@ -149,7 +149,7 @@ def plan(
         and not any(config.capacity.get(f"{r}_default") for r in ROLES)
     ):
         return Capacities()  # nothing asked, no site default: no limit (and no parser)
-    from launcher.directives import DirectiveError, round_up
+    from jobns.launcher.directives import DirectiveError, round_up
 
     gran = granularity(config)
     out = Capacities()

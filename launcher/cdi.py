@@ -44,16 +44,16 @@ from __future__ import annotations
 import os
 import stat
 
-from launcher.errors import JobnsError, UserError
+from jobns.launcher.errors import JobnsError, UserError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.config import Config
-    from launcher.fs import TreeHandle
-    from launcher.job import Job
-    from launcher.plan import Plan
+    from jobns.launcher.config import Config
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.job import Job
+    from jobns.launcher.plan import Plan
 
 KIND = "jobns.dev/job"
 VERSIONS = ("0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0")
@@ -136,7 +136,7 @@ def verified_binds(plan: Plan, handles: list[TreeHandle]) -> list[tuple[str, str
     looked up without following a link at its end, is the directory the verified
     handle holds. Else UserError (her tree root is hers to rename: a swap fails her job,
     never the node): such a spec is never written."""
-    from launcher import fs
+    from jobns.launcher import fs
 
     out = []
     for b in plan.binds:
@@ -273,7 +273,7 @@ def publish(config: Config, job: Job, plan: Plan, handles: list[TreeHandle]) -> 
             "a CDI device name (a letter or digit first)\n"
         )
         return None
-    from launcher.environment import job_environment
+    from jobns.launcher.environment import job_environment
 
     binds = verified_binds(plan, handles)
     hook = None

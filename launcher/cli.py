@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from launcher.errors import EXIT_JOBNS_FAILED, EXIT_OK, JobnsError
+from jobns.launcher.errors import EXIT_JOBNS_FAILED, EXIT_OK, JobnsError
 
 VERSION = "0.1.0"
 
@@ -135,7 +135,7 @@ COMMANDS: dict[str, Command] = {
     for c in [
         Command(
             "run",
-            "launcher.run:main",
+            "jobns.launcher.run:main",
             "run COMMAND with the job's private /tmp, /var/tmp and /dev/shm",
             [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, NET, DRY_RUN],
             args="COMMAND",
@@ -149,7 +149,7 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "setup",
-            "launcher.setup:main",
+            "jobns.launcher.setup:main",
             "prolog (root): make the job's directories and one namespace for all its tasks",
             [
                 JOB_ID,
@@ -178,7 +178,7 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "teardown",
-            "launcher.teardown:main",
+            "jobns.launcher.teardown:main",
             "epilog (root): end the job's processes, stage out, remove its directories",
             [JOB_ID, CONFIG, FORCE, HURRY],
             help="States: post-run (no task may join; terminates what still runs in the job: "
@@ -193,7 +193,7 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "recover",
-            "launcher.recover:main",
+            "jobns.launcher.recover:main",
             "after a crash or restart: finish what was interrupted, by state (root)",
             [RECOVER_JOB, CONFIG],
             help="For every job on this node whose lock nobody holds (or --job-id), acts by "
@@ -205,25 +205,25 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "env",
-            "launcher.report:env_main",
+            "jobns.launcher.report:env_main",
             "print the job environment (TMPDIR, PMIx, ARC)",
             [JOB_ID, USER, SHARED, CONFIG, FORMAT],
         ),
         Command(
             "status",
-            "launcher.report:status_main",
+            "jobns.launcher.report:status_main",
             "every job jobns holds on this node, with bytes used and per-user totals",
             [CONFIG, JSON, STATUS_FORMAT, STATUS_OUTPUT],
         ),
         Command(
             "gc",
-            "launcher.gc:main",
+            "jobns.launcher.gc:main",
             "remove what is left of jobs that no longer exist (root)",
             [CONFIG, GC_DRY, NO_SLURM],
         ),
         Command(
             "doctor",
-            "launcher.doctor:main",
+            "jobns.launcher.doctor:main",
             "check this node's readiness for jobns and say what to fix (root)",
             [CONFIG, SLURM_CONF, CDI_DIR],
             help="Checks the kernel's user-namespace settings (user.max_user_namespaces, "
@@ -238,7 +238,7 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "hook",
-            "hook.hook:main",
+            "jobns.hook.hook:main",
             "OCI hook (root): the job's /tmp, /var/tmp and /dev/shm for a container",
             [
                 CONFIG,
@@ -266,7 +266,7 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "oci-config",
-            "hook.oci_config:main",
+            "jobns.hook.oci_config:main",
             "add the job's mounts, environment and hooks to an OCI bundle's config.json",
             [
                 JOB_ID,
@@ -442,7 +442,7 @@ def _log(
     """setup, teardown, gc and recover log their start context and outcome to syslog."""
     if cmd is None or cmd.name not in LOGGED or opts.get("dry_run") or opts.get("help"):
         return
-    from launcher import log
+    from jobns.launcher import log
 
     log.command_line(cmd.name, opts, code, error)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 DEFAULT_PATH = "/etc/jobns/jobns.toml"
 
@@ -158,8 +158,8 @@ def parse(text: str, source: str) -> dict[str, object]:
 
 
 def check(doc: dict[str, object], source: str) -> None:
-    from launcher.validate import first_error
-    from schemas.generated import SCHEMAS
+    from jobns.launcher.validate import first_error
+    from jobns.schemas.generated import SCHEMAS
 
     problem = first_error(doc, SCHEMAS["config.schema.json"])
     if problem is not None:

@@ -76,7 +76,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 DEFAULT_WORD = "JOBNS"
 

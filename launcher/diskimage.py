@@ -47,14 +47,14 @@ import stat
 import subprocess
 from typing import TYPE_CHECKING
 
-from launcher import fs, libc, loop, mountinfo, state
-from launcher.errors import JobnsError, UserError
-from launcher.plan import SCRATCH_MODE, TOP_MODE
+from jobns.launcher import fs, libc, loop, mountinfo, state
+from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE
 
 if TYPE_CHECKING:
-    from launcher.config import Config
-    from launcher.fs import TreeHandle
-    from launcher.plan import Tree
+    from jobns.launcher.config import Config
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.plan import Tree
 
 FS_TYPES = ("ext4", "xfs")
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32): ext4 and xfs
@@ -128,7 +128,7 @@ def _images(base_fd: int) -> list[tuple[str, os.stat_result]]:
 def node_room(config: Config, base_fd: int) -> tuple[int, int]:
     """(committed, available): the live images' sizes, and what the base can hold for
     all images (free + what they already use - node_reserve)."""
-    from launcher.capacity import config_size
+    from jobns.launcher.capacity import config_size
 
     reserve = (
         0
@@ -145,7 +145,7 @@ def node_room(config: Config, base_fd: int) -> tuple[int, int]:
 def create(config: Config, role: str, job_id: str, size: int) -> str:
     """Make the sparse image of `size` bytes (checked against the node cap under the
     base's lock); returns its path. A leftover of the same job id is replaced."""
-    from launcher.capacity import human
+    from jobns.launcher.capacity import human
 
     base = base_of(config)
     path = image_path(base, role, job_id)
@@ -305,7 +305,7 @@ def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> No
 
 
 def _tree_fd(tree: Tree) -> int | None:
-    from launcher.sizelimit import _tree_fd
+    from jobns.launcher.sizelimit import _tree_fd
 
     return _tree_fd(tree)
 
@@ -385,7 +385,7 @@ def _release(fd: int, image_fd: int | None) -> None:
     then it truncates the image through image_fd, which frees its space even while
     someone still holds the (shut down) file system. If this process dies first, the
     pipe closes and the release happens all the same."""
-    from launcher.fork import spawn
+    from jobns.launcher.fork import spawn
 
     r, w = os.pipe2(os.O_CLOEXEC)
 

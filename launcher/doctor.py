@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import stat
 
-from launcher import config as config_mod
-from launcher.errors import EXIT_JOBNS_FAILED, JobnsError
-from launcher.inputs import Options
+from jobns.launcher import config as config_mod
+from jobns.launcher.errors import EXIT_JOBNS_FAILED, JobnsError
+from jobns.launcher.inputs import Options
 
 OK, NOTE, PROBLEM = "ok", "note", "problem"
 NETWORK_FS = {
@@ -162,7 +162,7 @@ def state_dir(path: str) -> list[Finding]:
 
 def _acl_problem(directory: str) -> str:
     """Try the ACL jobns sets (launcher.state.grant) on a scratch file in directory."""
-    from launcher import state
+    from jobns.launcher import state
 
     name = f"{directory.rstrip('/')}/.jobns-doctor-{os.getpid()}"
     try:
@@ -183,7 +183,7 @@ def _acl_problem(directory: str) -> str:
 
 def fs_type(path: str) -> str:
     """The type of the file system path is on (the deepest mount above it)."""
-    from launcher.mountinfo import mounts
+    from jobns.launcher.mountinfo import mounts
 
     real = os.path.realpath(path)
     best, kind = "", "?"
@@ -263,7 +263,7 @@ def base(role: str, path: str) -> list[Finding]:
 
 
 def propagation() -> list[Finding]:
-    from launcher.mountinfo import propagation_warning
+    from jobns.launcher.mountinfo import propagation_warning
 
     warning = propagation_warning()
     if warning:
@@ -493,12 +493,12 @@ def check(
 
 
 def main(opts: Options, _command: list[str]) -> int:
-    from launcher.lifecycle import require_root
+    from jobns.launcher.lifecycle import require_root
 
     require_root("doctor")
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
     slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
-    from launcher.cdi import settings
+    from jobns.launcher.cdi import settings
 
     cdi_conf = settings(config)
     cdi_dir = str(opts.get("cdi_dir") or (cdi_conf.dir if cdi_conf else DEFAULT_CDI_DIR))

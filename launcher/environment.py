@@ -8,8 +8,8 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from launcher.config import Config
-    from launcher.job import Job
+    from jobns.launcher.config import Config
+    from jobns.launcher.job import Job
 
 PMIX_TOP = "/tmp/pmix"
 

@@ -9,7 +9,7 @@ with the plain `signal` and `prctl` modules.
 
 from __future__ import annotations
 
-from launcher import libc
+from jobns.launcher import libc
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from launcher.errors import EXIT_JOBNS_FAILED, JobnsError, UserError
+from jobns.launcher.errors import EXIT_JOBNS_FAILED, JobnsError, UserError
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:

@@ -24,10 +24,10 @@ import fcntl
 import os
 import stat
 
-from launcher import libc
-from launcher.errors import JobnsError, UserError
-from launcher.plan import SCRATCH_MODE, TOP_MODE
-from launcher.removal import O_DIR, clear_dir, remove_entry
+from jobns.launcher import libc
+from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE
+from jobns.launcher.removal import O_DIR, clear_dir, remove_entry
 
 __all__ = ["O_DIR", "clear_dir", "remove_entry"]
 
@@ -35,7 +35,7 @@ TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.plan import Tree
+    from jobns.launcher.plan import Tree
 
 
 def open_base(path: str, what: str) -> int:
@@ -204,7 +204,7 @@ def detach_at(parent_fd: int, name: str) -> bool:
 
 
 def _mounted_at_or_below(path: str) -> bool:
-    from launcher import mountinfo  # teardown and setup only, not a task
+    from jobns.launcher import mountinfo  # teardown and setup only, not a task
 
     return bool(mountinfo.under(path))
 
@@ -598,7 +598,7 @@ def detach_mounts(tree: Tree, keep_source: str) -> list[str]:
     detached through that fd, never by a path the user could redirect; shallowest first,
     and a lazy detach takes the mounts below it along.
     """
-    from launcher import mountinfo  # teardown and setup only, not a task
+    from jobns.launcher import mountinfo  # teardown and setup only, not a task
 
     done: list[str] = []
     top = tree.path.rstrip("/")
@@ -748,7 +748,7 @@ def in_use(tree: Tree) -> bool:
 def mounted_on(tree: Tree) -> bool:
     """Is a file system mounted on the tree's root or one of its children? (Then looking
     at them would ask that file system: a user's stalled FUSE server could hang us.)"""
-    from launcher import mountinfo  # teardown and setup only, not a task
+    from jobns.launcher import mountinfo  # teardown and setup only, not a task
 
     tops = {tree.path, *(f"{tree.path}/{c}" for c in tree.children)}
     return any(m.point in tops for m in mountinfo.under(tree.path))

@@ -23,15 +23,15 @@ import os
 import subprocess
 import time
 
-from launcher import config as config_mod
-from launcher import fs, state
-from launcher import record as records
-from launcher.errors import JobnsError, UserError
-from launcher.inputs import Options
-from launcher.job import safe_component
-from launcher.lifecycle import finish, recover_one, require_root
-from launcher.plan import Tree
-from launcher.record import Record
+from jobns.launcher import config as config_mod
+from jobns.launcher import fs, state
+from jobns.launcher import record as records
+from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.inputs import Options
+from jobns.launcher.job import safe_component
+from jobns.launcher.lifecycle import finish, recover_one, require_root
+from jobns.launcher.plan import Tree
+from jobns.launcher.record import Record
 
 ALIVE_STATES = {
     "PENDING",
@@ -113,7 +113,7 @@ def say(
     run."""
     print(text)
     if not dry:
-        from launcher.log import log
+        from jobns.launcher.log import log
 
         log(text, job_id, user, level=level or "info")
 
@@ -310,13 +310,13 @@ def main(opts: Options, _command: list[str]) -> int:
             problems += 1
     if not dry:
         # Containers whose holder was killed and whose poststop never ran (hook/holds.py).
-        from hook.holds import sweep
+        from jobns.hook.holds import sweep
 
         for err in sweep(config.state_dir, config):
             say(f"jobns gc: {err}", level="error")
             problems += 1
     # CDI specs of jobs with no record left (a teardown that crashed, a record removed).
-    from launcher import cdi
+    from jobns.launcher import cdi
 
     for job_id in cdi.orphans(config, lambda: set(state.list_jobs(config.state_dir))):
         say(
@@ -329,7 +329,7 @@ def main(opts: Options, _command: list[str]) -> int:
             problems += 1
     # Disk capacities (launcher.diskimage) of jobs with no state left: mounts, loop
     # devices, images; before the trees, so a mount on one is released properly.
-    from launcher import diskimage
+    from jobns.launcher import diskimage
 
     for note in diskimage.sweep(config, set(state.list_jobs(config.state_dir)), dry):
         say(note, dry=dry)
@@ -343,7 +343,7 @@ def main(opts: Options, _command: list[str]) -> int:
                 say(f"jobns gc: {err}", level="error")
                 problems += 1
     if not dry:
-        from launcher.metrics import write_gc_summary
+        from jobns.launcher.metrics import write_gc_summary
 
         summary["problems"] = problems
         write_gc_summary(config.state_dir, summary)

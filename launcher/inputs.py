@@ -5,13 +5,13 @@ Shared by the commands (run, setup, env, oci-config); nothing here touches the s
 
 from __future__ import annotations
 
-from launcher import config as config_mod
-from launcher.errors import JobnsError
-from launcher.job import Job, hostname, job_id_from, layout_from, pmix_identity, user_from
+from jobns.launcher import config as config_mod
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import Job, hostname, job_id_from, layout_from, pmix_identity, user_from
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from launcher.config import Config
+    from jobns.launcher.config import Config
 
 Options = dict[str, "str | bool | None"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 LAYOUTS = ("local", "shared", "per-node")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")

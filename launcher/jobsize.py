@@ -26,8 +26,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from launcher.config import Config
-    from launcher.job import Job
+    from jobns.launcher.config import Config
+    from jobns.launcher.job import Job
 
 UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
 CGROUPS = (

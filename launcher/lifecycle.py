@@ -48,13 +48,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher import cdi, fs, pins, sizelimit, state
-from launcher import record as records
-from launcher.errors import JobnsError, UserError, printable_path
-from launcher.inputs import Options
-from launcher.plan import tree_from_record
-from launcher.programs import run_program
-from launcher.record import (
+from jobns.launcher import cdi, fs, pins, sizelimit, state
+from jobns.launcher import record as records
+from jobns.launcher.errors import JobnsError, UserError, printable_path
+from jobns.launcher.inputs import Options
+from jobns.launcher.plan import tree_from_record
+from jobns.launcher.programs import run_program
+from jobns.launcher.record import (
     Pins,
     Record,
     TreeRecord,
@@ -64,18 +64,18 @@ from launcher.record import (
     plan_of,
     run_env_values,
 )
-from launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
-from launcher.staging import Staging
+from jobns.launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
+from jobns.launcher.staging import Staging
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.capacity import Capacities
-    from launcher.config import Config
-    from launcher.directives import Directives
-    from launcher.fs import TreeHandle
-    from launcher.job import Job
-    from launcher.plan import Plan, Tree
+    from jobns.launcher.capacity import Capacities
+    from jobns.launcher.config import Config
+    from jobns.launcher.directives import Directives
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.job import Job
+    from jobns.launcher.plan import Plan, Tree
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
 EPILOG_STATES = ("running", "post-run", "staging-out")
@@ -86,7 +86,7 @@ COMMENT_PREFIX = "jobns:"
 
 def warn(msg: str, level: str = "warning") -> None:
     sys.stderr.write(f"jobns: {msg}\n")
-    from launcher.log import log
+    from jobns.launcher.log import log
 
     log(msg, level=level)  # the prolog's and epilog's output is discarded by Slurm
 
@@ -116,8 +116,8 @@ def gather_directives(
     comment = environ.get("SLURM_JOB_COMMENT", "")
     if not script and not opts.get("directives") and COMMENT_PREFIX not in comment:
         return None  # the common prolog: no directives, so no parser (~25 ms of imports)
-    from launcher.capacity import granularity
-    from launcher.directives import parse_directives, parse_script
+    from jobns.launcher.capacity import granularity
+    from jobns.launcher.directives import parse_directives, parse_script
 
     word = config.directive_word if config is not None else "JOBNS"
     gran = granularity(config) if config is not None else 1
@@ -211,7 +211,7 @@ def setup(
 def _warn_propagation_once(state_dir: str) -> None:
     """Once per boot (state_dir is on /run): say in the prolog log if host mounts made
     later will not reach jobs."""
-    from launcher.mountinfo import propagation_warning
+    from jobns.launcher.mountinfo import propagation_warning
 
     marker = f"{state_dir}/propagation-checked"
     if os.path.exists(marker):
@@ -369,7 +369,7 @@ def _disk(config: Config) -> bool:
     """Is a tmp capacity disk-backed on this node ([capacity] tmp_backing)?"""
     if config.capacity.get("tmp_backing", "tmpfs") == "tmpfs":
         return False
-    from launcher.diskimage import backing
+    from jobns.launcher.diskimage import backing
 
     return backing(config) == "disk"
 
@@ -385,7 +385,7 @@ def _mount_image(
 ) -> None:
     """A disk capacity (launcher.diskimage): the image is recorded before it is made, so
     teardown, recover and gc find it whatever step a crash interrupts."""
-    from launcher import diskimage
+    from jobns.launcher import diskimage
 
     assert rec.capacity is not None
     rec.image = diskimage.image_path(diskimage.base_of(config), handle.tree.role, job_id)
@@ -430,8 +430,8 @@ def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str
     the TaskProlog `jobns env --format slurm`)."""
     if not enforce:
         return values
-    from launcher.environment import job_environment
-    from launcher.inputs import config_from_run_env
+    from jobns.launcher.environment import job_environment
+    from jobns.launcher.inputs import config_from_run_env
 
     env = job_environment(config_from_run_env(values), job)
     values = {**values, "enforced": "1"}
@@ -547,7 +547,7 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             tree, gone = t.tree, removable(t.tree, t.made, record)
             if t.image is not None:
                 # A disk capacity: shut down, detach, truncate, unlink (constant time).
-                from launcher import diskimage
+                from jobns.launcher import diskimage
 
                 _clear_the_way(tree, job_id, diskimage.source_of(t.image))
                 errors += diskimage.unmount(tree, t.image)

@@ -1,6 +1,6 @@
 """jobns(1), made from the same text as `--help` (launcher.cli's COMMANDS and usage).
 
-    python -m launcher.manpage > jobns.1      (ci/install-python installs it)
+    python -m jobns.launcher.manpage > jobns.1      (ci/install-python installs it)
 
 Nothing here is written by hand twice: a subcommand or option added to launcher.cli
 appears in the man page the next time it is made (tests/unit/test_manpage.py checks).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from launcher.cli import COMMANDS, OPTIONAL, VALUE, VERSION, Command
+from jobns.launcher.cli import COMMANDS, OPTIONAL, VALUE, VERSION, Command
 
 NAME = "private /tmp, /var/tmp and /dev/shm for every batch job"
 

@@ -26,9 +26,9 @@ EXTRA_STATES = ("standalone", "leftover", "unreadable")  # status's states witho
 def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
     """What this gc run found, for the metrics (root only; a failure to write is no
     failure of gc)."""
-    from launcher import state
-    from launcher.errors import JobnsError
-    from launcher.jsonfast import dumps
+    from jobns.launcher import state
+    from jobns.launcher.errors import JobnsError
+    from jobns.launcher.jsonfast import dumps
 
     doc: dict[str, object] = {"time": time.time(), **{k: int(counts.get(k, 0)) for k in GC_FIELDS}}
     try:
@@ -88,7 +88,7 @@ def render(
     jobs: list[dict[str, object]], gc: dict[str, float] | None, propagation_warning: str = ""
 ) -> str:
     """The text exposition format (version 0.0.4), ending in a newline."""
-    from launcher.state import STATES
+    from jobns.launcher.state import STATES
 
     out = _Out()
     used, caps, failures = [], [], []
@@ -168,7 +168,7 @@ def capacity_used(path: str, source: str) -> int | None:
     """Bytes used in a job's capacity tmpfs (`jobns status` does not look inside a mount:
     a user's stalled FUSE server must not hang it), from statvfs, but only while the
     topmost mount on path is jobns's own tmpfs (source jobns-ROLE-ID), which never hangs."""
-    from launcher.mountinfo import mounts
+    from jobns.launcher.mountinfo import mounts
 
     top = [m for m in mounts() if m.point == path.rstrip("/")]
     # Our tmpfs, or a disk capacity's loop device (source: /dev/loopN, launcher.diskimage)
@@ -186,8 +186,8 @@ def fill_capacity_bytes(
 ) -> None:
     """Bytes used of recorded jobs whose trees have a capacity (status leaves them None);
     tree_bytes: how status counts a tree without a capacity."""
-    from launcher.plan import tree_from_record
-    from launcher.sizelimit import source_name
+    from jobns.launcher.plan import tree_from_record
+    from jobns.launcher.sizelimit import source_name
 
     for j in jobs:
         trees = j.get("trees")
@@ -200,7 +200,7 @@ def fill_capacity_bytes(
             path = tree_from_record(t).path
             image = t.get("image")
             if t.get("capacity") is not None and isinstance(image, str):
-                from launcher.diskimage import source_of
+                from jobns.launcher.diskimage import source_of
 
                 loop = source_of(image)
                 used = None if loop is None else capacity_used(path, loop)
@@ -226,7 +226,7 @@ def status_text(
 def write_textfile(path: str, text: str) -> None:
     """Replace path atomically (a temporary name in the same directory, then rename), mode
     0644: node_exporter's textfile collector never reads half a file."""
-    from launcher.errors import JobnsError
+    from jobns.launcher.errors import JobnsError
 
     tmp = f"{path}.{os.getpid()}.tmp"
     try:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import errno
 import os
 
-from launcher import libc
-from launcher.errors import JobnsError
+from jobns.launcher import libc
+from jobns.launcher.errors import JobnsError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar
 
-    from launcher.fs import TreeHandle
-    from launcher.plan import Bind, Plan
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.plan import Bind, Plan
 
     T = TypeVar("T")
 
@@ -120,7 +120,7 @@ def apply_binds(
     `place` (resolve the target under a container's rootfs) and `bind_one` (bind there).
     Returns what each bind_one returned.
     """
-    from launcher import fs
+    from jobns.launcher import fs
 
     sources = [
         fs.reopen(handles[b.tree], b.child, ident)

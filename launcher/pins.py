@@ -33,18 +33,18 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher import fs, libc, namespace, state
-from launcher.errors import JobnsError
-from launcher.fastimport import set_dumpable
-from launcher.fork import spawn
-from launcher.job import switch_user
-from launcher.record import Pins
-from launcher.supervise import signal_all
+from jobns.launcher import fs, libc, namespace, state
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.fastimport import set_dumpable
+from jobns.launcher.fork import spawn
+from jobns.launcher.job import switch_user
+from jobns.launcher.record import Pins
+from jobns.launcher.supervise import signal_all
 
 if TYPE_CHECKING:
-    from launcher.fs import TreeHandle
-    from launcher.job import Job
-    from launcher.plan import Plan
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.job import Job
+    from jobns.launcher.plan import Plan
 
 UNKILLABLE_WAIT = 30.0
 NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 0x5, __u64), Linux 6.11+
@@ -186,7 +186,7 @@ def drop_other_pins() -> None:
     """Detach, in this (the job's new) mount namespace, every namespace pin still visible:
     those of another jobns instance's state directory (another config), or anything else
     that pins a namespace. A job must hold no reference to other namespaces."""
-    from launcher import mountinfo
+    from jobns.launcher import mountinfo
 
     for m in reversed(mountinfo.mounts()):
         if m.fstype == "nsfs":

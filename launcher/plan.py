@@ -14,12 +14,12 @@ as a unit; the binds point at a tree or at one of its children.
 
 from __future__ import annotations
 
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from launcher.config import Config
-    from launcher.job import Job
+    from jobns.launcher.config import Config
+    from jobns.launcher.job import Job
 
 TOP_MODE = 0o700  # a tree root: only the job user may enter it from the host
 SCRATCH_MODE = 0o1777  # /tmp and /var/tmp inside the job, like the real ones
@@ -145,7 +145,7 @@ class Plan:
 
 
 def build(config: Config, job: Job) -> Plan:
-    from launcher.environment import job_environment, pmix_dirs
+    from jobns.launcher.environment import job_environment, pmix_dirs
 
     top = f"job-{job.job_id}"
     scratch_children = tuple(c for c, _ in TMP_TARGETS)

@@ -10,19 +10,19 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.fastimport import set_pdeathsig
-from launcher.record import host_dirs, job_of
-from launcher.staging import Staging
+from jobns.launcher.fastimport import set_pdeathsig
+from jobns.launcher.record import host_dirs, job_of
+from jobns.launcher.staging import Staging
 
 if TYPE_CHECKING:
-    from launcher.config import Config
-    from launcher.record import Record
+    from jobns.launcher.config import Config
+    from jobns.launcher.record import Record
 
 
 def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
     """The pre-run/post-run environment: the job's own variables (paths as the job sees
     them), Slurm's prolog/epilog variables, and JOBNS_* with the host paths."""
-    from launcher.environment import job_environment
+    from jobns.launcher.environment import job_environment
 
     job = job_of(record)
     env = {

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import time
 
-from launcher import state as state_mod
-from launcher.errors import JobnsError
-from launcher.plan import TMP_TARGETS, build, tree_from_record, tree_record
+from jobns.launcher import state as state_mod
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.plan import TMP_TARGETS, build, tree_from_record, tree_record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from launcher.capacity import Capacities
-    from launcher.config import Config
-    from launcher.job import Job, User
-    from launcher.plan import Plan, Tree
-    from launcher.staging import Staging
+    from jobns.launcher.capacity import Capacities
+    from jobns.launcher.config import Config
+    from jobns.launcher.job import Job, User
+    from jobns.launcher.plan import Plan, Tree
+    from jobns.launcher.staging import Staging
 
 NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
 
@@ -162,8 +162,8 @@ class Record:
     @classmethod
     def from_dict(cls, d: object, where: str = "job record", checked: bool = False) -> Record:
         if not checked:
-            from launcher.validate import first_error
-            from schemas.generated import SCHEMAS
+            from jobns.launcher.validate import first_error
+            from jobns.schemas.generated import SCHEMAS
 
             problem = first_error(d, SCHEMAS["job-state.schema.json"])
             if problem is not None:
@@ -296,7 +296,7 @@ def new_record(
 
 def user_of(record: Record) -> User:
     """The record's user, looked up again for the groups (else only its ids)."""
-    from launcher.job import User, lookup_user
+    from jobns.launcher.job import User, lookup_user
 
     try:
         return lookup_user(str(record.uid))
@@ -306,7 +306,7 @@ def user_of(record: Record) -> User:
 
 def job_of(record: Record, user: User | None = None) -> Job:
     """The job a record describes (its user looked up again, unless given)."""
-    from launcher.job import Job
+    from jobns.launcher.job import Job
 
     return Job(
         record.job_id, user or user_of(record), record.hostname, record.layout, record.no_rm_tmpdir
@@ -333,7 +333,7 @@ def host_dirs(record: Record) -> dict[str, str]:
 
 
 def user_ids(record: Record) -> tuple[int, int, list[int]]:
-    from launcher.job import user_ids as ids
+    from jobns.launcher.job import user_ids as ids
 
     return ids(record.uid, record.gid)
 
@@ -386,7 +386,7 @@ def enter(state_dir: str, record: Record, new: str) -> None:
     """Move the job to a new state and persist it before any of that state's work."""
     record.set_state(new)
     save(state_dir, record)
-    from launcher.log import log
+    from jobns.launcher.log import log
 
     log(f"state {new}", record.job_id, record.user_name)
     state_mod.pause_point(new)

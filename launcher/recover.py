@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import sys
 
-from launcher import config as config_mod
-from launcher import record as records
-from launcher import state
-from launcher.errors import JobnsError
-from launcher.inputs import Options
-from launcher.job import safe_component
-from launcher.lifecycle import recover_one, require_root
-from launcher.log import log
+from jobns.launcher import config as config_mod
+from jobns.launcher import record as records
+from jobns.launcher import state
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.inputs import Options
+from jobns.launcher.job import safe_component
+from jobns.launcher.lifecycle import recover_one, require_root
+from jobns.launcher.log import log
 
 
 def main(opts: Options, _command: list[str]) -> int:

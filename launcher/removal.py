@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 
-from launcher import libc
+from jobns.launcher import libc
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_DEPTH = 48  # deeper directories are moved up to the tree root, so fds stay bounded

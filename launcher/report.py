@@ -8,14 +8,14 @@ import shlex
 import sys
 import time
 
-from launcher import config as config_mod
-from launcher import record as records
-from launcher import state
-from launcher.environment import job_environment
-from launcher.errors import JobnsError
-from launcher.inputs import Options, config_from_run_env, job_from
-from launcher.job import Job, hostname, job_id_from, lookup_user, pmix_identity
-from launcher.plan import Tree
+from jobns.launcher import config as config_mod
+from jobns.launcher import record as records
+from jobns.launcher import state
+from jobns.launcher.environment import job_environment
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.inputs import Options, config_from_run_env, job_from
+from jobns.launcher.job import Job, hostname, job_id_from, lookup_user, pmix_identity
+from jobns.launcher.plan import Tree
 
 
 def env_main(opts: Options, _command: list[str]) -> int:
@@ -26,7 +26,7 @@ def env_main(opts: Options, _command: list[str]) -> int:
     fmt = str(opts.get("format") or "sh")
     if fmt not in ("sh", "json", "slurm"):
         raise JobnsError(f"--format {fmt!r}: expected sh, json or slurm")
-    from launcher.enforced import inside_job
+    from jobns.launcher.enforced import inside_job
 
     inside = inside_job(environ, job_id)
     # Inside a job enforced through Slurm the state is hidden: the plugin has set the
@@ -54,7 +54,7 @@ def env_main(opts: Options, _command: list[str]) -> int:
         # one line each), and the task runs as the job user in the job's namespace, so
         # its PMIx directories are made here, as `jobns run` makes them.
         if inside:
-            from launcher.environment import pmix_dirs
+            from jobns.launcher.environment import pmix_dirs
 
             for d in pmix_dirs(env):
                 try:
@@ -78,7 +78,7 @@ def tree_bytes(path: str) -> int | None:
     """Disk use (st_blocks) below path without following symlinks and without entering a
     file system mounted inside (a user's stalled FUSE server must not hang status); None
     if unreadable or if something is mounted on path itself."""
-    from launcher.mountinfo import under
+    from jobns.launcher.mountinfo import under
 
     mounted = {m.point for m in under(path)}
     if path.rstrip("/") in mounted:
@@ -138,8 +138,8 @@ def standalone(
     or what a crashed task left (leftover: `jobns gc` removes it)."""
     import pwd
 
-    from launcher import fs
-    from launcher.plan import TMP_TARGETS
+    from jobns.launcher import fs
+    from jobns.launcher.plan import TMP_TARGETS
 
     found: dict[str, dict[str, object]] = {}
     children = tuple(c for c, _ in TMP_TARGETS)
@@ -231,15 +231,15 @@ def status_main(opts: Options, _command: list[str]) -> int:
         raise JobnsError("status: --output needs --format prometheus")
     jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
-    from launcher.mountinfo import propagation_warning
+    from jobns.launcher.mountinfo import propagation_warning
 
     warning = propagation_warning()
     if fmt == "prometheus":  # for node_exporter's textfile collector (launcher.metrics)
-        from launcher.metrics import status_text
+        from jobns.launcher.metrics import status_text
 
         text = status_text(config.state_dir, jobs, warning, tree_bytes)
         if opts.get("output"):
-            from launcher.metrics import write_textfile
+            from jobns.launcher.metrics import write_textfile
 
             write_textfile(str(opts["output"]), text)
         else:
@@ -250,7 +250,7 @@ def status_main(opts: Options, _command: list[str]) -> int:
     if fmt == "json":
         print(json.dumps({"jobs": jobs, "users": totals}, indent=2, sort_keys=True))
         return 0
-    from launcher.metrics import fill_capacity_bytes
+    from jobns.launcher.metrics import fill_capacity_bytes
 
     fill_capacity_bytes(jobs, tree_bytes)  # a capacity's use from its own file system
     print(

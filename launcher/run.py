@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher import config as config_mod
-from launcher import namespace
-from launcher.errors import JobnsError
-from launcher.inputs import Options, config_from_run_env, job_from, kill_wait_from, net_from
-from launcher.job import Job, switch_user
-from launcher.supervise import Supervisor, arm_child_death_signal, warn
+from jobns.launcher import config as config_mod
+from jobns.launcher import namespace
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.inputs import Options, config_from_run_env, job_from, kill_wait_from, net_from
+from jobns.launcher.job import Job, switch_user
+from jobns.launcher.supervise import Supervisor, arm_child_death_signal, warn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from launcher.fs import TreeHandle
-    from launcher.plan import Plan
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.plan import Plan
 
 
 def enter_workdir(cwd: str) -> None:
@@ -49,7 +49,7 @@ def main(opts: Options, command: list[str]) -> int:
     job = job_from(opts, environ)
     kill_wait = kill_wait_from(opts, config)
     net_none = net_from(opts)
-    from launcher.enforced import inside_job
+    from jobns.launcher.enforced import inside_job
 
     if inside_job(environ, job.job_id):
         if opts.get("dry_run"):
@@ -59,7 +59,7 @@ def main(opts: Options, command: list[str]) -> int:
             )
             return 0
         return run_inside(job, command, environ, kill_wait, net_none)
-    from launcher import state
+    from jobns.launcher import state
 
     joined = state.read_run_env(config.state_dir, job.job_id)
     if joined is not None:
@@ -74,7 +74,7 @@ def main(opts: Options, command: list[str]) -> int:
         )
         return run_joined(joined, job, command, environ, kw, net_none, named)
     # Only a job nobody set up needs its trees planned and made (tasks that join do not).
-    from launcher.plan import build
+    from jobns.launcher.plan import build
 
     plan = build(config, job)
     if opts.get("dry_run"):
@@ -89,8 +89,8 @@ def run_inside(
     """Inside a job enforced through Slurm: no namespace to make or join, and the state
     directory is hidden here. Supervise the command with the job environment (the
     plugin set the job-wide variables; the per-step PMIx ones are computed here)."""
-    from launcher.environment import job_environment, pmix_dirs
-    from launcher.inputs import config_from_run_env
+    from jobns.launcher.environment import job_environment, pmix_dirs
+    from jobns.launcher.inputs import config_from_run_env
 
     env = {**environ, **job_environment(config_from_run_env({}), job)}
     root_for_user = os.geteuid() == 0 and job.user.uid != 0
@@ -129,8 +129,8 @@ def run_joined(
     she can mount over /usr/bin/id in it). So root never enters it: a task started by
     root becomes the job's owner first and joins as her (SECURITY.md rule 1).
     """
-    from launcher.environment import job_environment, pmix_dirs
-    from launcher.job import lookup_user
+    from jobns.launcher.environment import job_environment, pmix_dirs
+    from jobns.launcher.job import lookup_user
 
     owner = int(values["uid"])
     caller = os.geteuid()
@@ -204,7 +204,7 @@ def run_standalone(
     state_dir: str,
 ) -> int:
     """No prolog set this job up: make its namespace for this one task."""
-    from launcher import fs
+    from jobns.launcher import fs
 
     root = os.geteuid() == 0
     uid, gid = plan.owner
@@ -236,7 +236,7 @@ def run_standalone(
         sup.start(prepare, command, env)
         return sup.wait()
     finally:
-        from launcher.state import is_set_up
+        from jobns.launcher.state import is_set_up
 
         for h in handles:
             for err in fs.release_tree(h, lambda: is_set_up(state_dir, job.job_id)):

@@ -14,20 +14,20 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from launcher import config as config_mod
-from launcher import lifecycle
-from launcher.errors import JobnsError, UserError
-from launcher.inputs import Options, kill_wait_from
-from launcher.job import Job, hostname, job_id_from, layout_from, user_from
-from launcher.lifecycle import apply_directives, gather_directives, require_root
-from launcher.plan import build
+from jobns.launcher import config as config_mod
+from jobns.launcher import lifecycle
+from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.inputs import Options, kill_wait_from
+from jobns.launcher.job import Job, hostname, job_id_from, layout_from, user_from
+from jobns.launcher.lifecycle import apply_directives, gather_directives, require_root
+from jobns.launcher.plan import build
 
 if TYPE_CHECKING:
-    from launcher.staging import Staging
+    from jobns.launcher.staging import Staging
 
 
 def main(opts: Options, _command: list[str]) -> int:
-    from launcher import capacity, jobsize, staging
+    from jobns.launcher import capacity, jobsize, staging
 
     require_root("setup")
     environ = dict(os.environ)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from launcher import fs, libc, mountinfo
-from launcher.errors import JobnsError, UserError
-from launcher.plan import SCRATCH_MODE, TOP_MODE
+from jobns.launcher import fs, libc, mountinfo
+from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE
 
 if TYPE_CHECKING:
-    from launcher.fs import TreeHandle
-    from launcher.plan import Tree
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.plan import Tree
 
 
 def source_name(role: str, job_id: str) -> str:

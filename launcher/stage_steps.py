@@ -9,15 +9,15 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from launcher import transfer
-from launcher.errors import UserError
-from launcher.record import user_ids
+from jobns.launcher import transfer
+from jobns.launcher.errors import UserError
+from jobns.launcher.record import user_ids
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.record import Record
-    from launcher.staging import Staging
+    from jobns.launcher.record import Record
+    from jobns.launcher.staging import Staging
 
 
 def warn(msg: str) -> None:

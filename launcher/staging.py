@@ -26,17 +26,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from launcher.errors import JobnsError
-from launcher.job import safe_component
-from launcher.plan import Tree
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import safe_component
+from jobns.launcher.plan import Tree
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.config import Config
-    from launcher.directives import Directives, Stage, Symbols
-    from launcher.job import Job
-    from launcher.plan import Plan
+    from jobns.launcher.config import Config
+    from jobns.launcher.directives import Directives, Stage, Symbols
+    from jobns.launcher.job import Job
+    from jobns.launcher.plan import Plan
 
 JOB_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 
@@ -95,7 +95,7 @@ class Staging:
         self.stage_out = stage_out or []
 
     def record(self) -> dict[str, object]:
-        from launcher.plan import tree_record
+        from jobns.launcher.plan import tree_record
 
         return {
             "session_dir": self.session_dir,
@@ -114,7 +114,7 @@ class Staging:
     def from_record(cls, rec: object) -> Staging | None:
         if not isinstance(rec, dict):
             return None
-        from launcher.plan import tree_from_record
+        from jobns.launcher.plan import tree_from_record
 
         tree = rec.get("scratch_tree")
         timeout = rec.get("timeout", 0.0)
@@ -172,7 +172,7 @@ def symbols_for(job: Job, environ: Mapping[str, str]) -> Symbols:
             raise JobnsError(f"{name}={value!r} is not a number; is this a Slurm job?")
         return value
 
-    from launcher.directives import Symbols
+    from jobns.launcher.directives import Symbols
 
     workdir = environ.get("SLURM_JOB_WORK_DIR") or environ.get("SLURM_SUBMIT_DIR") or None
     return Symbols(
@@ -190,7 +190,7 @@ def session_dir_from(
 ) -> tuple[str | None, str | None]:
     """(session directory, note): from --session-dir (errors are errors) or the
     [staging] session_dir template (a path outside session_roots: not an ARC job)."""
-    from launcher.directives import DirectiveError, normalise, substitute
+    from jobns.launcher.directives import DirectiveError, normalise, substitute
 
     roots = config.staging.session_roots
     if flag:
@@ -206,7 +206,7 @@ def session_dir_from(
 
 
 def _session_dir(path: str, roots: list[str], what: str) -> str:
-    from launcher.directives import DirectiveError, confine
+    from jobns.launcher.directives import DirectiveError, confine
 
     if not roots:
         raise JobnsError(

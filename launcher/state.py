@@ -31,8 +31,8 @@ import fcntl
 import os
 import stat
 
-from launcher import libc
-from launcher.errors import JobnsError
+from jobns.launcher import libc
+from jobns.launcher.errors import JobnsError
 
 JOBS = "jobs"
 RUN_ENV = "run.env"
@@ -177,7 +177,7 @@ def write_atomic(path: str, data: bytes, reader: int | None = None) -> None:
 
 
 def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
-    from launcher.jsonfast import loads
+    from jobns.launcher.jsonfast import loads
 
     try:
         with open(f"{job_dir(state_dir, job_id)}/{STATE}", "rb") as f:
@@ -189,8 +189,8 @@ def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
             f"read job state {job_dir(state_dir, job_id)}/{STATE}: {e}; "
             "`jobns teardown --force` removes a broken record"
         ) from None
-    from launcher.validate import first_error
-    from schemas.generated import SCHEMAS
+    from jobns.launcher.validate import first_error
+    from jobns.schemas.generated import SCHEMAS
 
     problem = first_error(doc, SCHEMAS["job-state.schema.json"])
     if problem is not None:
@@ -202,9 +202,9 @@ def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
 def write_record(state_dir: str, job_id: str, doc: dict[str, object], uid: int | None) -> None:
     """Write a job's record document (launcher.record.save) where only root and the job's
     user (uid) can read it."""
-    from launcher.jsonfast import dumps
-    from launcher.validate import first_error
-    from schemas.generated import SCHEMAS
+    from jobns.launcher.jsonfast import dumps
+    from jobns.launcher.validate import first_error
+    from jobns.schemas.generated import SCHEMAS
 
     problem = first_error(doc, SCHEMAS["job-state.schema.json"])
     if problem is not None:  # a bug in jobns, not bad input: say so loudly
@@ -236,7 +236,7 @@ def pause_point(point: str) -> None:
     """Test hook (README "Test hooks"): with JOBNS_TEST_PAUSE_IN=<point> jobns stops
     itself (SIGSTOP) there, so a test can SIGKILL it in exactly that state."""
     if os.environ.get(PAUSE_VAR) == point:
-        from launcher.fastimport import signal
+        from jobns.launcher.fastimport import signal
 
         os.kill(os.getpid(), signal.SIGSTOP)
 
@@ -311,7 +311,7 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
 
 
 def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
-    from launcher import removal
+    from jobns.launcher import removal
 
     base = os.open(f"{state_dir}/{JOBS}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -17,15 +17,15 @@ import errno
 import os
 import sys
 
-from launcher.errors import (
+from jobns.launcher.errors import (
     EXIT_JOBNS_FAILED,
     EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND,
     EXIT_SIGNAL_BASE,
     JobnsError,
 )
-from launcher.fastimport import set_child_subreaper, set_pdeathsig, signal
-from launcher.fork import spawn
+from jobns.launcher.fastimport import set_child_subreaper, set_pdeathsig, signal
+from jobns.launcher.fork import spawn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import errno
 import os
 
-from launcher import config as config_mod
-from launcher import lifecycle, state
-from launcher import record as records
-from launcher.errors import JobnsError, UserError
-from launcher.inputs import Options
-from launcher.job import job_id_from
-from launcher.lifecycle import require_root
+from jobns.launcher import config as config_mod
+from jobns.launcher import lifecycle, state
+from jobns.launcher import record as records
+from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.inputs import Options
+from jobns.launcher.job import job_id_from
+from jobns.launcher.lifecycle import require_root
 
 
 def main(opts: Options, _command: list[str]) -> int:

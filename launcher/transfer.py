@@ -38,9 +38,9 @@ import stat
 import sys
 from typing import TYPE_CHECKING
 
-from launcher import removal
-from launcher.errors import JobnsError
-from launcher.fastimport import set_pdeathsig
+from jobns.launcher import removal
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.fastimport import set_pdeathsig
 
 PART = ".jobns-part-"
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
@@ -675,7 +675,7 @@ def _tool_env() -> dict[str, str]:
 def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[], Result]) -> Result:
     """Run work() in a forked child (launcher.fork: it holds nothing of root's, not the
     job lock, state or tree fds) that is the job user; its Result, or an error."""
-    from launcher.fork import spawn
+    from jobns.launcher.fork import spawn
 
     r, w = os.pipe2(os.O_CLOEXEC)
     sys.stdout.flush()

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, reject, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from launcher.directives import VERBS
-from launcher.errors import JobnsError
+from jobns.launcher.directives import VERBS
+from jobns.launcher.errors import JobnsError
 
 EXAMPLES = int(os.environ.get("JOBNS_FUZZ_EXAMPLES") or "200")
 LONG = os.environ.get("JOBNS_FUZZ_PROFILE") == "long"

@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launcher import capacity, jsonfast, staging
-from launcher import config as config_mod
-from launcher.config import Config
-from launcher.directives import Directives, Symbols, parse_directives
-from launcher.environment import job_environment
-from launcher.errors import JobnsError
-from launcher.job import LAYOUTS, Job, User
-from launcher.plan import Plan, build
-from launcher.validate import first_error
-from schemas.generated import SCHEMAS
+from jobns.launcher import capacity, jsonfast, staging
+from jobns.launcher import config as config_mod
+from jobns.launcher.config import Config
+from jobns.launcher.directives import Directives, Symbols, parse_directives
+from jobns.launcher.environment import job_environment
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import LAYOUTS, Job, User
+from jobns.launcher.plan import Plan, build
+from jobns.launcher.validate import first_error
+from jobns.schemas.generated import SCHEMAS
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
     capacity_text,

@@ -11,7 +11,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launcher.directives import (
+from jobns.launcher.directives import (
     _SIZE_UNITS,
     LAYOUT_VALUES,
     MAX_BYTES,
@@ -30,7 +30,7 @@ from launcher.directives import (
     round_up,
     substitute,
 )
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 from tests.fuzz.support import (
     NUMBERS,
     capacity_text,

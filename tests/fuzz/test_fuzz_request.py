@@ -13,12 +13,12 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launcher import capacity, jsonfast, staging
-from launcher.config import Config
-from launcher.directives import Directives
-from launcher.errors import JobnsError
-from launcher.inputs import Options, kill_wait_from, net_from
-from launcher.job import (
+from jobns.launcher import capacity, jsonfast, staging
+from jobns.launcher.config import Config
+from jobns.launcher.directives import Directives
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.inputs import Options, kill_wait_from, net_from
+from jobns.launcher.job import (
     LAYOUTS,
     Job,
     User,
@@ -29,8 +29,8 @@ from launcher.job import (
     safe_component,
     user_from,
 )
-from launcher.lifecycle import COMMENT_PREFIX, apply_directives, gather_directives
-from launcher.plan import Plan, build
+from jobns.launcher.lifecycle import COMMENT_PREFIX, apply_directives, gather_directives
+from jobns.launcher.plan import Plan, build
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
     SESSION_ROOT,
@@ -62,7 +62,7 @@ def configs(box: FuzzBox) -> list[Config]:
     granularity of 3 bytes, staging allowed anywhere)."""
     if str(box.root) in _CONFIGS:
         return _CONFIGS[str(box.root)]
-    from launcher import config as config_mod
+    from jobns.launcher import config as config_mod
 
     out = [Config({}, None)]
     for path in box.configs:

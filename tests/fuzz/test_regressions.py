@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hook.state import parse as parse_state
-from launcher import config as config_mod
-from launcher.config import Config
-from launcher.directives import (
+from jobns.hook.state import parse as parse_state
+from jobns.launcher import config as config_mod
+from jobns.launcher.config import Config
+from jobns.launcher.directives import (
     DirectiveError,
     Symbols,
     confine,
@@ -20,10 +20,10 @@ from launcher.directives import (
     resolve_path,
     substitute,
 )
-from launcher.errors import JobnsError
-from launcher.job import layout_from, lookup_user, pmix_identity
-from launcher.validate import first_error
-from schemas.generated import SCHEMAS
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import layout_from, lookup_user, pmix_identity
+from jobns.launcher.validate import first_error
+from jobns.schemas.generated import SCHEMAS
 from tests.fuzz.support import check_message
 
 
@@ -206,7 +206,7 @@ def test_oci_state_ordinary_bundle_paths_still_parse() -> None:
 
 
 def test_oci_config_with_a_null_process_env() -> None:
-    from hook import oci_config
+    from jobns.hook import oci_config
 
     doc: dict[str, object] = {
         "ociVersion": "1.0.2",
@@ -220,7 +220,7 @@ def test_oci_config_with_a_null_process_env() -> None:
 
 @pytest.mark.parametrize("path", ["/nonexistent/\x1b[2J\nforged line", "/b\x00", "/b\ud800"])
 def test_a_bundle_path_that_cannot_be_named_is_one_clean_line(path: str) -> None:
-    from hook import bundle as bundle_mod
+    from jobns.hook import bundle as bundle_mod
 
     with pytest.raises(JobnsError) as e:
         bundle_mod.load(path)
@@ -229,7 +229,7 @@ def test_a_bundle_path_that_cannot_be_named_is_one_clean_line(path: str) -> None
 
 @pytest.mark.parametrize("path", ["/nonexistent/a\nforged line", "a\x00b", "/\x1b[2J"])
 def test_a_script_path_that_cannot_be_named_is_one_clean_line(path: str) -> None:
-    from launcher.lifecycle import gather_directives
+    from jobns.launcher.lifecycle import gather_directives
 
     with pytest.raises(JobnsError) as e:
         gather_directives({"script": path}, {}, None)

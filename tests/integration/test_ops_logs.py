@@ -250,7 +250,7 @@ def test_without_the_hook_lines_go_to_the_c_librarys_syslog() -> None:
 
     code = (
         "import os, syslog; calls = []; syslog.syslog = lambda *a: calls.append(a); "
-        "os.environ.pop('JOBNS_TEST_SYSLOG_SOCKET', None); from launcher import log; "
+        "os.environ.pop('JOBNS_TEST_SYSLOG_SOCKET', None); from jobns.launcher import log; "
         "log.begin('setup', '7', 'alice'); log.log('state running'); "
         "assert calls == [(syslog.LOG_INFO, 'setup job=7 user=alice: state running')], "
         "calls"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from launcher import cdi
-from launcher.config import Config
+from jobns.launcher import cdi
+from jobns.launcher.config import Config
 
 
 def test_build_one_device_of_our_kind() -> None:

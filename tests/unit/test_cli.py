@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import COMMANDS, command_help, dispatch, parse
-from launcher.errors import JobnsError
+from jobns.launcher.cli import COMMANDS, command_help, dispatch, parse
+from jobns.launcher.errors import JobnsError
 
 RUN = COMMANDS["run"]
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_task_path_imports_nothing_heavy() -> None:
     argparse, tomllib (without a config file), typing or dataclasses; nor the Python faces of
     ctypes, signal and prctl (their C modules serve)."""
     code = (
-        "import sys; from launcher import cli, run, supervise, namespace, fs; "
+        "import sys; from jobns.launcher import cli, run, supervise, namespace, fs; "
         "print(' '.join(sorted(sys.modules)))"
     )
     out = subprocess.run(
@@ -128,12 +128,12 @@ def test_every_failure_is_one_line_and_125(capsys: pytest.CaptureFixture[str]) -
 def test_a_bug_is_an_internal_error_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import launcher.report
+    import jobns.launcher.report
 
     def broken(opts: object, command: object) -> int:
         raise KeyError("surprise")
 
-    monkeypatch.setattr(launcher.report, "status_main", broken)
+    monkeypatch.setattr(jobns.launcher.report, "status_main", broken)
     monkeypatch.delenv("JOBNS_DEBUG", raising=False)
     assert dispatch(["status"]) == 125
     err = capsys.readouterr().err
@@ -151,7 +151,7 @@ def test_a_closed_pipe_is_quiet() -> None:
     os.close(r)
     try:
         p = subprocess.run(
-            [sys.executable, "-c", "from launcher.cli import main; main()", "run", "-h"],
+            [sys.executable, "-c", "from jobns.launcher.cli import main; main()", "run", "-h"],
             stdout=w,
             stderr=subprocess.PIPE,
             text=True,

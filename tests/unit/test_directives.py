@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.directives import (
+from jobns.launcher.directives import (
     MAX_BYTES,
     NO_ARRAY_TASK_ID,
     DirectiveError,
@@ -28,7 +28,7 @@ from launcher.directives import (
     round_up,
     substitute,
 )
-from launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError
 
 BS2 = "\\\\"  # the two-backslash "stop processing" marker, as typed in a script
 
@@ -787,7 +787,7 @@ def test_confine_arbitrary_text(path: str) -> None:
 
 def test_a_bad_capacity_suggests_only_what_a_capacity_accepts() -> None:
     """The hint once offered `capacity=2N`, which shm and tmp then rejected (issue 14)."""
-    from launcher.directives import parse_capacity
+    from jobns.launcher.directives import parse_capacity
 
     with pytest.raises(JobnsError) as e:
         parse_capacity("lots")

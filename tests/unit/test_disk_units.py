@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import diskimage, jobsize, loop
+from jobns.launcher import diskimage, jobsize, loop
 
 MI = 1024**2
 

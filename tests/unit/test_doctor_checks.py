@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher import doctor
+from jobns.launcher import doctor
 
 
 def proc(tmp_path: Path, **values: int) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import plan
-from launcher.config import Config, parse
-from launcher.environment import job_environment, pmix_dirs
-from launcher.errors import JobnsError
-from launcher.inputs import Options, config_from_run_env, job_from
-from launcher.job import LAYOUTS, Job, User, current_user, pmix_identity
+from jobns.launcher import plan
+from jobns.launcher.config import Config, parse
+from jobns.launcher.environment import job_environment, pmix_dirs
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.inputs import Options, config_from_run_env, job_from
+from jobns.launcher.job import LAYOUTS, Job, User, current_user, pmix_identity
 
 PMIX_AND_TMPDIR = {
     "TMPDIR",

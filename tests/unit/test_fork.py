@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from launcher.errors import JobnsError
-from launcher.fork import Child, spawn
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.fork import Child, spawn
 
 
 def exit_status(child: Child) -> int:

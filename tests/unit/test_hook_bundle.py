@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from hook import bundle as bundle_mod
-from hook.bundle import Bundle, rootfs_path
-from hook.identity import NO_RM, SHARED, USER, job_id_of, job_of
-from launcher.errors import JobnsError
+from jobns.hook import bundle as bundle_mod
+from jobns.hook.bundle import Bundle, rootfs_path
+from jobns.hook.identity import NO_RM, SHARED, USER, job_id_of, job_of
+from jobns.launcher.errors import JobnsError
 
 
 def make(doc: dict[str, Any], path: str = "/b") -> Bundle:

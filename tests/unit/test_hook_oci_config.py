@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from hook.oci_config import MOUNT_OPTIONS, hook_entries, rewrite
-from launcher.validate import first_error
-from schemas.generated import SCHEMAS
+from jobns.hook.oci_config import MOUNT_OPTIONS, hook_entries, rewrite
+from jobns.launcher.validate import first_error
+from jobns.schemas.generated import SCHEMAS
 from tests.conftest import REPO
 
 HOOKS_D = REPO / "hook" / "hooks.d"
@@ -80,7 +80,7 @@ def test_rewrite_without_hooks_for_prolog_jobs() -> None:
     ],
 )
 def test_rewrite_refuses_malformed_bundles(doc: dict[str, Any], needle: str) -> None:
-    from launcher.errors import JobnsError
+    from jobns.launcher.errors import JobnsError
 
     with pytest.raises(JobnsError, match=needle):
         rewrite(doc, BINDS, ENV, {}, hook_entries("/j", None))

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hook import bundle as bundle_mod
-from hook import rootfs
-from hook.identity import check_named, check_owner, user_of
-from launcher.errors import JobnsError
-from launcher.job import User
+from jobns.hook import bundle as bundle_mod
+from jobns.hook import rootfs
+from jobns.hook.identity import check_named, check_owner, user_of
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import User
 
 
 def same_dir(fd: int, path: Path) -> bool:

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hook.state import CREATE, POSTSTOP, parse, stage_for
-from launcher import jsonfast
-from launcher.errors import JobnsError
-from launcher.validate import first_error, iter_errors
-from schemas.generated import SCHEMAS
+from jobns.hook.state import CREATE, POSTSTOP, parse, stage_for
+from jobns.launcher import jsonfast
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.validate import first_error, iter_errors
+from jobns.schemas.generated import SCHEMAS
 from tests.conftest import REPO
 
 SCHEMA = SCHEMAS["oci-state.schema.json"]
@@ -205,7 +205,7 @@ def test_jsonfast_errors_without_json_imported() -> None:
     """The C scanner needs json.decoder for most messages; the hook never imports it
     up front."""
     code = (
-        "import sys; from launcher.jsonfast import loads\n"
+        "import sys; from jobns.launcher.jsonfast import loads\n"
         "for bad in (b'{]', b'[1,]', b'\"a', b'{\"a\" 1}'):\n"
         "    assert 'json' not in sys.modules\n"
         "    try: loads(bad)\n"
@@ -262,12 +262,14 @@ def test_hook_path_imports_nothing_heavy() -> None:
         ).stdout
         return set(out.split())
 
-    poststop = modules("from launcher import cli, config; from hook import hook, holds, state")
+    poststop = modules(
+        "from jobns.launcher import cli, config; from jobns.hook import hook, holds, state"
+    )
     assert sorted(heavy & poststop) == []
     assert "ctypes" not in poststop
     create = modules(
-        "from launcher import cli; from hook import hook, bundle, identity, mounts, "
-        "holds, state; from launcher import state, plan, fs, validate, jsonfast; "
-        "import schemas.generated"
+        "from jobns.launcher import cli; from jobns.hook import hook, bundle, identity, mounts, "
+        "holds, state; from jobns.launcher import state, plan, fs, validate, jsonfast; "
+        "import jobns.schemas.generated"
     )
     assert sorted(heavy & create) == []

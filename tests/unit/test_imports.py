@@ -61,6 +61,8 @@ def graph() -> dict[str, set[str]]:
                 targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
+            # Installed under one `jobns` package: jobns.launcher.x is the file launcher/x.py.
+            targets = [t.removeprefix("jobns.") for t in targets]
             edges[name] |= {t for t in targets if t in mods and t != name and t not in PACKAGES}
     return edges
 

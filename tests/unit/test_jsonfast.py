@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launcher.jsonfast import dumps, loads
+from jobns.launcher.jsonfast import dumps, loads
 
 values = st.recursive(
     st.none()

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher import capacity, state
-from launcher.config import Config, parse
-from launcher.directives import DirectiveError, parse_script
-from launcher.errors import JobnsError
-from launcher.lifecycle import removable
-from launcher.plan import Tree
-from launcher.record import Pins, Record, TreeRecord, host_dirs
-from launcher.transfer import PART, Transfer, part_name
+from jobns.launcher import capacity, state
+from jobns.launcher.config import Config, parse
+from jobns.launcher.directives import DirectiveError, parse_script
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.lifecycle import removable
+from jobns.launcher.plan import Tree
+from jobns.launcher.record import Pins, Record, TreeRecord, host_dirs
+from jobns.launcher.transfer import PART, Transfer, part_name
 
 MI = 1024**2
 

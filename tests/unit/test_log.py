@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher import log
+from jobns.launcher import log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def test_a_line_names_the_command_job_and_user_and_stays_one_line() -> None:
 def test_the_task_path_never_loads_the_logger() -> None:
     """`jobns run` imports nothing new: neither launcher.log nor syslog."""
     code = (
-        "import sys; from launcher import cli, run, supervise, namespace, fs, state; "
+        "import sys; from jobns.launcher import cli, run, supervise, namespace, fs, state; "
         "print(' '.join(sorted(sys.modules)))"
     )
     out = subprocess.run(
@@ -41,5 +41,5 @@ def test_the_task_path_never_loads_the_logger() -> None:
         check=True,
         cwd=str(REPO),
     ).stdout.split()
-    assert "launcher.log" not in out and "syslog" not in out
-    assert "run" not in __import__("launcher.cli", fromlist=["LOGGED"]).LOGGED
+    assert "jobns.launcher.log" not in out and "syslog" not in out
+    assert "run" not in __import__("jobns.launcher.cli", fromlist=["LOGGED"]).LOGGED

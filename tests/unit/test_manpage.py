@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import COMMANDS, command_help, dispatch
-from launcher.manpage import render
+from jobns.launcher.cli import COMMANDS, command_help, dispatch
+from jobns.launcher.manpage import render
 from tests.conftest import require
 
 
@@ -61,7 +61,7 @@ def test_every_option_help_lists_is_in_the_man_page(
 
 
 def test_the_page_names_the_version_and_exit_statuses(tmp_path: Path) -> None:
-    from launcher.cli import VERSION
+    from jobns.launcher.cli import VERSION
 
     text = formatted(tmp_path)
     assert f"jobns {VERSION}" in text

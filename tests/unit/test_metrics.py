@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.metrics import render
-from launcher.state import STATES
+from jobns.launcher.metrics import render
+from jobns.launcher.state import STATES
 from tests.metrics_format import parse
 
 JOBS: list[dict[str, object]] = [

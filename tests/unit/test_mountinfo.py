@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from launcher import mountinfo
-from launcher.mountinfo import Mount, mounts, under, unescape
+from jobns.launcher import mountinfo
+from jobns.launcher.mountinfo import Mount, mounts, under, unescape
 
 # ------------------------------------------------------------------------- unescape
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.config import Config
-from launcher.errors import JobnsError
-from launcher.job import Job, User
-from launcher.plan import SCRATCH_MODE, TOP_MODE, build
+from jobns.launcher.config import Config
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import Job, User
+from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE, build
 
 ALICE = User("alice", 1001, 1001, (1001,), "/home/alice")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import removal
+from jobns.launcher import removal
 
 
 def open_fds() -> int:

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.validate import KNOWN, first_error, iter_errors
-from schemas import generate
-from schemas.generated import SCHEMAS
+from jobns.launcher.validate import KNOWN, first_error, iter_errors
+from jobns.schemas import generate
+from jobns.schemas.generated import SCHEMAS
 
 SCHEMA_DIR = Path(generate.__file__).parent
 

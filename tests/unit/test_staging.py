@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.config import Config, parse
-from launcher.directives import DirectiveError, Directives, Symbols, parse_script
-from launcher.errors import JobnsError
-from launcher.job import Job, User
-from launcher.plan import Plan
-from launcher.plan import build as build_plan
-from launcher.staging import Staging, build, job_to_host, session_dir_from
+from jobns.launcher.config import Config, parse
+from jobns.launcher.directives import DirectiveError, Directives, Symbols, parse_script
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.job import Job, User
+from jobns.launcher.plan import Plan
+from jobns.launcher.plan import build as build_plan
+from jobns.launcher.staging import Staging, build, job_to_host, session_dir_from
 
 ALICE = User("alice", 1000, 1000, (1000,), "/home/alice")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import JobnsError
-from launcher.supervise import (
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.supervise import (
     DEFAULT_PATH,
     Supervisor,
     descendants,
