@@ -193,8 +193,12 @@ def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
         for name in ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in"):
             if (repo / name).exists():
                 shutil.copy2(repo / name, Path(src) / name)
+        dirs = st.get("package-dir", {}) if isinstance(st, dict) else {}
         for pkg in packages:
-            top = str(pkg).split(".")[0]
+            # Where the package's sources are: [tool.setuptools.package-dir] maps
+            # jobns.launcher to launcher/, else the package's own path.
+            where = dirs.get(pkg) if isinstance(dirs, dict) else None
+            top = str(where or pkg).split("/")[0].split(".")[0]
             if not (Path(src) / top).exists():
                 shutil.copytree(repo / top, Path(src) / top, ignore=COPY_IGNORE)
         cmd = [str(env / "bin/python"), "-c", BUILD_HOOK, str(dest), backend]
