@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from jobns.launcher import fs, libc, loop, mountinfo, state
 from jobns.launcher.errors import JobnsError, UserError
-from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE
+from jobns.launcher.plan import TOP_MODE
 
 if TYPE_CHECKING:
     from jobns.launcher.config import Config
@@ -288,26 +288,13 @@ def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> No
             pass
         os.fchown(fd, uid, gid)
         os.fchmod(fd, TOP_MODE)
-        for child in tree.children:
-            os.mkdir(child, 0o700, dir_fd=fd)
-            cfd = os.open(child, fs.O_DIR, dir_fd=fd)
-            try:
-                os.fchmod(cfd, SCRATCH_MODE)
-                os.fchown(cfd, uid, gid)
-            finally:
-                os.close(cfd)
+        fs.make_children(fd, tree, uid, gid)
     except BaseException:
         os.close(fd)
         unmount(tree, image)
         raise
     os.close(fd)
     state.pause_point("mounted")
-
-
-def _tree_fd(tree: Tree) -> int | None:
-    from jobns.launcher.sizelimit import _tree_fd
-
-    return _tree_fd(tree)
 
 
 def unmount(tree: Tree, image: str) -> list[str]:
@@ -320,7 +307,7 @@ def unmount(tree: Tree, image: str) -> list[str]:
         image_fd = None
     released = False
     for _ in range(16):
-        fd = _tree_fd(tree)
+        fd = fs.open_tree(tree)
         if fd is None:
             break
         try:

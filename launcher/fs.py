@@ -312,14 +312,7 @@ def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int, root_owned: bool
     try:
         fd = os.open(tmp, O_DIR, dir_fd=parent_fd)
         try:
-            for child in tree.children:
-                os.mkdir(child, 0o700, dir_fd=fd)
-                cfd = os.open(child, O_DIR, dir_fd=fd)
-                try:
-                    os.fchmod(cfd, SCRATCH_MODE)
-                    _owner_fix(cfd, uid, gid)
-                finally:
-                    os.close(cfd)
+            make_children(fd, tree, uid, gid)
             os.fchmod(fd, TOP_MODE)
             if not root_owned:
                 _owner_fix(fd, uid, gid)  # the root last: until now the user could not enter
@@ -331,6 +324,19 @@ def _build_temp(parent_fd: int, tree: Tree, uid: int, gid: int, root_owned: bool
             raise JobnsError(_create_failed(tree.path, e)) from None
         raise
     return tmp
+
+
+def make_children(fd: int, tree: Tree, uid: int, gid: int) -> None:
+    """Make the tree's children (tmp/, var_tmp/) in the directory open at fd: mode
+    SCRATCH_MODE, owned by the job user (when root makes them)."""
+    for child in tree.children:
+        os.mkdir(child, 0o700, dir_fd=fd)
+        cfd = os.open(child, O_DIR, dir_fd=fd)
+        try:
+            os.fchmod(cfd, SCRATCH_MODE)  # the umask may have narrowed it
+            _owner_fix(cfd, uid, gid)
+        finally:
+            os.close(cfd)
 
 
 def _verify_tree(fd: int, tree: Tree, uid: int) -> None:
@@ -555,37 +561,35 @@ def remove_tree(handle: TreeHandle) -> list[str]:
     return errors + _prune_parents(tree, handle.parent_fds)
 
 
-def _walk(tree: Tree) -> list[int]:
-    """fds of the base, each parent and the tree root (crossing into a mount there), by
-    a walk that never follows a symlink; as far as it got (FileNotFoundError stops it)."""
-    fds = [open_base(tree.base, f"{tree.role} base")]
+def open_tree(tree: Tree) -> int | None:
+    """The tree root as a walk from its base reaches it now (crossing into whatever is
+    mounted there), never through a symlink; None if it is gone or not a directory."""
+    fds = _walk_parents(tree)
     try:
-        for i, part in enumerate((*tree.parents, tree.name)):
-            fds.append(
-                open_dir(
-                    fds[-1],
-                    part,
-                    f"{tree.base.rstrip('/')}/{'/'.join(tree.rel.split('/')[: i + 1])}",
-                )
-            )
-    except (FileNotFoundError, JobnsError):
-        pass
-    return fds
+        if len(fds) != len(tree.parents) + 1:
+            return None
+        try:
+            return open_dir(fds[-1], tree.name, tree.path)
+        except (FileNotFoundError, JobnsError):
+            return None
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def seal(tree: Tree) -> None:
     """Make a tree root root's own (0700) so nobody enters it by path any more: an
     outside writer cannot refill what teardown removes (SECURITY.md rule 6)."""
-    fds = _walk(tree)
+    fd = open_tree(tree)
+    if fd is None:
+        return
     try:
-        if len(fds) == len(tree.parents) + 2:
-            os.fchown(fds[-1], 0, 0)
-            os.fchmod(fds[-1], TOP_MODE)
+        os.fchown(fd, 0, 0)
+        os.fchmod(fd, TOP_MODE)
     except OSError:
         pass  # a read-only capacity left by an earlier attempt: nobody can write there
     finally:
-        for fd in fds:
-            os.close(fd)
+        os.close(fd)
 
 
 def detach_mounts(tree: Tree, keep_source: str) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from jobns.launcher import fs, libc, mountinfo
 from jobns.launcher.errors import JobnsError, UserError
-from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE
+from jobns.launcher.plan import TOP_MODE
 
 if TYPE_CHECKING:
     from jobns.launcher.fs import TreeHandle
@@ -29,22 +29,6 @@ if TYPE_CHECKING:
 
 def source_name(role: str, job_id: str) -> str:
     return f"jobns-{role}-{job_id}"
-
-
-def _tree_fd(tree: Tree) -> int | None:
-    """The tree root as a path walk from its base reaches it now (crossing into whatever
-    is mounted there), never through a symlink; None if it is gone."""
-    fds: list[int] = []
-    try:
-        fds.append(fs.open_base(tree.base, f"{tree.role} base"))
-        for part in (*tree.parents, tree.name):
-            fds.append(fs.open_dir(fds[-1], part, tree.path))
-        return fds.pop()
-    except (FileNotFoundError, JobnsError):
-        return None
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 def _ours_at(fd: int, tree: Tree, job_id: str) -> bool:
@@ -58,7 +42,7 @@ def _ours_at(fd: int, tree: Tree, job_id: str) -> bool:
 
 
 def ours(tree: Tree, job_id: str) -> bool:
-    fd = _tree_fd(tree)
+    fd = fs.open_tree(tree)
     if fd is None:
         return False
     try:
@@ -98,14 +82,7 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Non
             raise UserError(
                 f"refuse {tree.path}: it was replaced while its capacity was being set up"
             )
-        for child in tree.children:
-            os.mkdir(child, 0o700, dir_fd=fd)
-            cfd = os.open(child, fs.O_DIR, dir_fd=fd)
-            try:
-                os.fchmod(cfd, SCRATCH_MODE)
-                os.fchown(cfd, uid, gid)
-            finally:
-                os.close(cfd)
+        fs.make_children(fd, tree, uid, gid)
     except BaseException:
         os.close(fd)
         unmount(tree, job_id)
@@ -125,7 +102,7 @@ def unmount(tree: Tree, job_id: str) -> list[str]:
     """
     errors: list[str] = []
     for _ in range(16):
-        fd = _tree_fd(tree)
+        fd = fs.open_tree(tree)
         if fd is None:
             return errors
         try:
