@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 
 from jobns.hook import rootfs as rootfs_mod
-from jobns.launcher import fs, libc
+from jobns.launcher import fs, libc, mountinfo
 from jobns.launcher.errors import JobnsError
 from jobns.launcher.fastimport import signal
 from jobns.launcher.fork import spawn
@@ -149,21 +149,19 @@ def not_shared(target: Target) -> None:
     """Refuse a mount point on a shared mount: the bind would propagate to its peers, in
     other mount namespaces too, and stay there after the container."""
     mnt_id = _mount_id(target.fd)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split(" - ", 1)[0].split()
-            if fields and fields[0] == mnt_id:
-                group = [x for x in fields[6:] if x.startswith("shared:")]
-                if group:
-                    raise JobnsError(
-                        f"bind into the container: {target.path} is on a shared mount "
-                        f"(peer group {group[0][7:]}), so the bind would also appear in the "
-                        "other mount namespaces of that group (the host's) and outlive the "
-                        "container; give the container private or slave root propagation "
-                        "(linux.rootfsPropagation; Podman makes it shared for an rshared "
-                        "volume)"
-                    )
-                return
+    for m in mountinfo.mounts():
+        if m.mount_id == mnt_id:
+            group = [x for x in m.optional if x.startswith("shared:")]
+            if group:
+                raise JobnsError(
+                    f"bind into the container: {target.path} is on a shared mount "
+                    f"(peer group {group[0][7:]}), so the bind would also appear in the "
+                    "other mount namespaces of that group (the host's) and outlive the "
+                    "container; give the container private or slave root propagation "
+                    "(linux.rootfsPropagation; Podman makes it shared for an rshared "
+                    "volume)"
+                )
+            return
 
 
 def _detach(path: str) -> None:

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 
 class Mount:
-    __slots__ = ("dev", "fstype", "optional", "point", "source")
+    __slots__ = ("dev", "fstype", "mount_id", "optional", "point", "source")
 
     def __init__(
-        self, dev: str, point: str, fstype: str, source: str, optional: tuple[str, ...] = ()
+        self,
+        dev: str,
+        point: str,
+        fstype: str,
+        source: str,
+        optional: tuple[str, ...] = (),
+        mount_id: str = "",
     ) -> None:
+        self.mount_id = mount_id  # as /proc/self/fdinfo/N's mnt_id names it
         self.dev = dev  # "major:minor" of the mounted file system
         self.point = point  # the mount point, as this process sees it
         self.fstype = fstype
@@ -46,6 +53,7 @@ def mounts() -> list[Mount]:
                         rest[0],
                         unescape(rest[1]),
                         tuple(fields[6:]),
+                        fields[0],
                     )
                 )
     return found

@@ -45,8 +45,9 @@ def job_dir(state_dir: str, job_id: str) -> str:
 
 
 def _mountpoints() -> set[str]:
-    with open("/proc/self/mountinfo") as f:
-        return {line.split()[4].replace("\\040", " ") for line in f}
+    from jobns.launcher import mountinfo
+
+    return {m.point for m in mountinfo.mounts()}
 
 
 def ensure_state_dir(state_dir: str) -> None:
