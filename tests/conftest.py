@@ -170,10 +170,22 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     shm = Path("/dev/shm") / f"jobns-tests-{root.name}"
     box = Sandbox(root, shm)
     yield box
-    # jobns setup makes state_dir a private bind mount of itself (as on a real node).
-    subprocess.run(["umount", "-R", "-l", str(box.state)], check=False, capture_output=True)
+    # jobns setup makes state_dir a private bind mount of itself (as on a real node); a
+    # test that failed half-way may also have left a job's capacity or pin mounted: no
+    # run of the suite leaves a mount behind on the node, whatever failed.
+    for target in sorted(_mounts_under(root, shm), reverse=True):
+        subprocess.run(["umount", "-l", target], check=False, capture_output=True)
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(shm, ignore_errors=True)
+
+
+def _mounts_under(*tops: Path) -> list[str]:
+    out = []
+    for line in host_mounts().splitlines():
+        target = line.split()[4].replace("\\040", " ")
+        if any(target == str(t) or target.startswith(f"{t}/") for t in tops):
+            out.append(target)
+    return out
 
 
 def host_mounts() -> str:
