@@ -81,8 +81,9 @@ class Child:
             raise JobnsError(f"{what}: the helper process died (wait status {status:#x})")
 
 
-def close_fds(keep: Iterable[int], inherit: bool) -> None:
-    """Close every fd but `keep`; with inherit, only the close-on-exec ones (ours)."""
+def close_fds(keep: Iterable[int], inherit: bool, ours: list[int] | None = None) -> None:
+    """Close every fd but `keep`; with inherit, only the close-on-exec ones (ours: as
+    own_fds listed them, if the caller already did)."""
     keep = set(keep)
     if not inherit:
         # stdin/out/err not given become /dev/null: a stray write must not fail, nor
@@ -101,15 +102,27 @@ def close_fds(keep: Iterable[int], inherit: bool) -> None:
             low = fd + 1
         os.closerange(low, 1 << 20)
         return
+    for fd in own_fds(keep) if ours is None else ours:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def own_fds(keep: Iterable[int]) -> list[int]:
+    """jobns's own fds (close-on-exec ones), but keep."""
+    keep = set(keep)
+    out = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd in keep:
             continue
         try:
             if fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
-                os.close(fd)
+                out.append(fd)
         except OSError:
             pass  # the listing's own directory fd, closed meanwhile
+    return out
 
 
 def spawn(
@@ -123,6 +136,9 @@ def spawn(
     and exits 0; `before` runs first, before the fds are closed (e.g. setpgid)."""
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     keep = [*keep, write_fd]
+    # Listed here, not in the child: after the fork, every page the child writes is
+    # copied first, which makes the listing ~4x slower there (a task launch waits on it).
+    ours = own_fds([*keep, read_fd]) if inherit else None
     pid = os.fork()
     if pid == 0:
         code, kind, msg = EXIT_JOBNS_FAILED, "E", "internal error"
@@ -130,7 +146,7 @@ def spawn(
             os.close(read_fd)
             if before is not None:
                 before()
-            close_fds(keep, inherit)
+            close_fds(keep, inherit, ours)
             work()
             os._exit(0)
         except JobnsError as e:

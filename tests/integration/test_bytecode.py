@@ -1,0 +1,72 @@
+"""The installed `jobns run` loads its whole launch path from byte code (launcher/bytecode.py).
+
+`-X importtime` lists every module the import system loads; a module preloaded from its
+pyc never passes through it. So a jobns module in that list is one the launch path
+imports but bytecode.LAUNCH misses: correct, but ~45 us slower on every task.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import JOBNS, OsUser, Sandbox, require
+
+
+def interpreter() -> str:
+    """The interpreter the installed script's #! line names."""
+    require(Path(JOBNS).is_file(), f"{JOBNS} is not installed (run ci/install-python)")
+    with open(JOBNS) as f:
+        first = f.readline()
+    assert first.startswith("#!") and first.split()[1:] == ["-IS"], first
+    return first[2:].split()[0]
+
+
+def imported_by_import_system(
+    sandbox: Sandbox, args: list[str], user: OsUser | None, env: dict[str, str] | None = None
+) -> list[str]:
+    """The jobns modules the import system loaded in a run of args (run once before by
+    root, so the config cache and the pycs are there, as on a node whose prolog ran)."""
+    assert sandbox.run(["run", "--job-id", "bc-warm", "--", "true"]).returncode == 0
+    r = subprocess.run(
+        [interpreter(), "-IS", "-X", "importtime", *sandbox.cmd(args)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=sandbox.env(user, env),
+        timeout=60,
+        **sandbox.creds(user),
+    )
+    assert r.returncode == 0, r.stderr
+    names = [ln.rpartition("|")[2].strip() for ln in r.stderr.splitlines() if "|" in ln]
+    return [n for n in names if n.startswith(("jobns.launcher.", "jobns.hook.", "jobns.schemas."))]
+
+
+def test_the_installed_script_starts_the_bytecode_loader() -> None:
+    interpreter()
+    text = Path(JOBNS).read_text()
+    assert "bytecode.start(sys.argv)" in text and "bytecode.loaded()" in text
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("who", ["root", "user"])
+def test_every_module_of_a_task_launch_is_preloaded(
+    sandbox: Sandbox, users: list[OsUser], who: str
+) -> None:
+    user = users[0] if who == "user" else None
+    args = ["run", "--job-id", f"bc-{who}", "--", "true"]
+    assert imported_by_import_system(sandbox, args, user) == ["jobns.launcher.bytecode"]
+    assert sandbox.leftovers() == []
+
+
+@pytest.mark.root
+def test_joining_a_set_up_job_is_preloaded_too(sandbox: Sandbox, users: list[OsUser]) -> None:
+    alice = users[0]
+    assert sandbox.run(["setup", "--job-id", "bc-j", "--user", alice.name]).returncode == 0
+    try:
+        args = ["run", "--job-id", "bc-j", "--", "true"]
+        assert imported_by_import_system(sandbox, args, alice) == ["jobns.launcher.bytecode"]
+    finally:
+        assert sandbox.run(["teardown", "--job-id", "bc-j"]).returncode == 0
