@@ -229,7 +229,20 @@ def already_bound(pid: int, rootfs: str, plan: Plan, handles: list[TreeHandle]) 
             return False
         if (st.st_dev, st.st_ino) != fs.identity(handles[bind.tree], bind.child):
             return False
+        if not flags_ok(f"/proc/{pid}/root{rootfs}{bind.target}", bind.options):
+            return False  # mounts.apply remounts it with the job's flags
     return True
+
+
+def flags_ok(path: str, options: tuple[str, ...]) -> bool:
+    """Has the mount at path nosuid,nodev and these options (noexec, ro)?"""
+    want = os.ST_NOSUID | os.ST_NODEV
+    want |= os.ST_NOEXEC if "noexec" in options else 0
+    want |= os.ST_RDONLY if "ro" in options else 0
+    try:
+        return os.statvfs(path).f_flag & want == want
+    except OSError:
+        return False
 
 
 def recorded(state_dir: str, job_id: str) -> Record | None:
@@ -268,9 +281,10 @@ def recorded_plan(
         )
     # The record is the truth about where the trees are, even if the config changed since.
     plan = plan_of(config, record, job_of(record, owner))
-    if len(plan.trees) != 2:
+    scratch = [t for t in plan.trees if t.extra is None]
+    if len(scratch) != 2:
         raise JobnsError(
-            f"read job state of {job.job_id}: {len(plan.trees)} trees recorded, "
+            f"read job state of {job.job_id}: {len(scratch)} scratch trees recorded, "
             "expected 2 (jobns teardown, then setup)"
         )
     return plan

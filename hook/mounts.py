@@ -20,6 +20,12 @@ Two kernel rules shape the child:
   its place), the bind is undone through N (umount2 on /proc/self/fd/N detaches
   the mount on top of N's directory, wherever it has been moved) and the hook
   fails.
+- an extra private directory ([[dirs]] path) is optional in a container: if its
+  mount point cannot be reached or made safely in the rootfs (a symbolic link or a
+  file on the way in the image, a read-only rootfs) it is skipped with a warning,
+  never followed and never fatal; missing directories are made exactly like those of
+  /tmp (mkdirat on the parent's fd, never through a link, in the container's mount
+  namespace before any process of the container runs);
 - a bind onto a shared mount propagates to every peer of that mount, in other
   namespaces too (the host's, with rootfsPropagation shared, which Podman sets for
   an rshared volume), where it would outlive the container: refused.
@@ -39,6 +45,7 @@ from jobns.launcher.fastimport import signal
 from jobns.launcher.fork import spawn
 from jobns.launcher.namespace import (
     _KEEP,  # the flags a bind remount must keep
+    OPTION_FLAGS,
     apply_binds,
 )
 from jobns.launcher.state import PAUSE_VAR
@@ -78,10 +85,36 @@ def apply(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeH
     """Make plan.binds under rootfs inside the namespace; JobnsError if anything failed
     (then mount points the child made are removed again)."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
-    # launcher.fork: the child holds only the namespace fd (not the hook's JobLock, not
-    # runc's stdout) and reports once.
-    child = spawn(lambda: _child(ns_fd, ns_path, rootfs, plan, handles, expected), keep=(ns_fd,))
-    child.finish("bind into the container")
+    # The extra directories the child had to skip, one line each.
+    skip_r, skip_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        # launcher.fork: the child holds only the namespace fd and the skip pipe (not the
+        # hook's JobLock, not runc's stdout) and reports once.
+        child = spawn(
+            lambda: _child(ns_fd, ns_path, rootfs, plan, handles, expected, skip_w),
+            keep=(ns_fd, skip_w),
+        )
+        os.close(skip_w)
+        skip_w = -1
+        child.finish("bind into the container")
+        skipped = b""
+        while chunk := os.read(skip_r, 65536):
+            skipped += chunk
+    finally:
+        os.close(skip_r)
+        if skip_w >= 0:
+            os.close(skip_w)
+    for line in skipped.decode(errors="replace").splitlines():
+        _warn(f"warning: {line}")
+
+
+def _warn(msg: str) -> None:
+    import sys
+
+    from jobns.launcher.log import log
+
+    sys.stderr.write(f"jobns: {msg}\n")
+    log(msg, level="warning")
 
 
 def _child(
@@ -91,6 +124,7 @@ def _child(
     plan: Plan,
     handles: list[TreeHandle],
     expected: list[tuple[int, int]],
+    skip_fd: int,
 ) -> None:
     # Everything used here is imported already: after setns, imports would read the
     # container's view of the file system.
@@ -105,21 +139,42 @@ def _child(
                 f"enter the container's mount namespace {ns_path}: {e.strerror}"
             ) from None
         root_fd = rootfs_mod.open_root(rootfs)
-        targets = {id(b): rootfs_mod.resolve(root_fd, rootfs, b.target, made) for b in plan.binds}
+        targets: dict[int, tuple[Target | None, tuple[str, ...]]] = {}
+        for b in plan.binds:
+            try:
+                targets[id(b)] = (rootfs_mod.resolve(root_fd, rootfs, b.target, made), b.options)
+            except JobnsError as e:
+                if plan.trees[b.tree].extra is None:
+                    raise  # /tmp, /var/tmp, /dev/shm: never without them
+                os.write(skip_fd, f"{b.target} skipped in the container: {e}\n".encode())
+                targets[id(b)] = (None, b.options)
         for b, ident in zip(plan.binds, expected, strict=True):
-            target = targets[id(b)]
+            target = targets[id(b)][0]
+            if target is None:
+                continue
             if (os.fstat(target.fd).st_dev, os.fstat(target.fd).st_ino) != ident:
                 not_shared(target)  # all checked before the first bind
         paused = [os.environ.get(PAUSE_VAR) != PAUSE_POINT]
 
-        def bind_one(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> None:
+        def bind_one(
+            src_fd: int,
+            src_path: str,
+            placed: tuple[Target | None, tuple[str, ...]],
+            ident: tuple[int, int],
+        ) -> None:
+            target, options = placed
+            if target is None:
+                return  # an extra directory this rootfs cannot take (reported)
             st = os.fstat(target.fd)
             if (st.st_dev, st.st_ino) == ident:
-                return  # already there: the runtime bound it (jobns oci-config) or we did
+                # Already there: the runtime bound it (jobns oci-config) or we did; its
+                # flags are the job's whatever the bundle asked for.
+                remount(target.fd, target.path, options)
+                return
             if not paused[0]:
                 paused[0] = True
                 os.kill(os.getpid(), signal.SIGSTOP)
-            mounted.append(bind(src_fd, src_path, target, ident))
+            mounted.append(bind(src_fd, src_path, target, ident, options))
 
         # The one executor of a plan's binds (launcher.namespace), placing each target
         # under the container's rootfs.
@@ -171,9 +226,36 @@ def _detach(path: str) -> None:
         pass
 
 
-def bind(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> int:
-    """Bind src over target, then make it nosuid,nodev; returns an O_PATH fd of the new
-    mount (for undoing it). On failure the bind is undone through target.fd, the very
+def remount(fd: int, path: str, options: tuple[str, ...]) -> None:
+    """Give the mount open at fd (O_PATH) nosuid,nodev and the bind's options, keeping
+    the flags it has (a no-op when all are there already)."""
+    flags = libc.MS_NOSUID | libc.MS_NODEV
+    for option in options:
+        flags |= OPTION_FLAGS[option]
+    vfs = os.fstatvfs(fd)
+    have = 0
+    for st_bit, ms_bit in ((os.ST_NOSUID, libc.MS_NOSUID), (os.ST_NODEV, libc.MS_NODEV), *_KEEP):
+        if vfs.f_flag & st_bit:
+            have |= ms_bit
+    if flags & ~have == 0:
+        return
+    try:
+        libc.mount(None, f"/proc/self/fd/{fd}", None, libc.MS_REMOUNT | libc.MS_BIND | flags | have)
+    except OSError as e:
+        raise JobnsError(
+            f"remount {path} {','.join(options) or 'nosuid,nodev'}: {e.strerror}"
+        ) from None
+
+
+def bind(
+    src_fd: int,
+    src_path: str,
+    target: Target,
+    ident: tuple[int, int],
+    options: tuple[str, ...] = (),
+) -> int:
+    """Bind src over target, then make it nosuid,nodev (plus options); returns an O_PATH
+    fd of the new mount (for undoing it). On failure the bind is undone through target.fd, the very
     directory it was made on, whatever its name is by now."""
     try:
         libc.mount(f"/proc/self/fd/{src_fd}", f"/proc/self/fd/{target.fd}", None, libc.MS_BIND)
@@ -197,6 +279,8 @@ def bind(src_fd: int, src_path: str, target: Target, ident: tuple[int, int]) -> 
                 "replaced while binding; refusing"
             )
         flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV
+        for option in options:
+            flags |= OPTION_FLAGS[option]
         vfs = os.fstatvfs(top)
         for st_bit, ms_bit in _KEEP:
             if vfs.f_flag & st_bit:

@@ -3,7 +3,8 @@
 For launchers that prepare bundles (Slurm's oci.conf RunTimeCreate, a site's
 wrapper): config.json gets
 - bind mounts of the job's directories at /tmp, /var/tmp and /dev/shm
-  (rbind,nosuid,nodev), replacing the bundle's own mounts there (runc spec's
+  (rbind,nosuid,nodev) and at the paths of its extra private directories (with their
+  options: noexec, ro), replacing the bundle's own mounts there (runc spec's
   /dev/shm tmpfs) and placed before any mount beneath them;
 - the job environment (TMPDIR, JOBNS_JOB_ID, PMIx, ARC RUNTIME_*) in process.env;
 - the org.jobns.* annotations, so the hooks find the same job whatever named it;
@@ -78,7 +79,12 @@ def main(opts: Options, command: list[str]) -> int:
     rootfs.check(b.rootfs, [bind.target for bind in plan.binds])
     hooks = None if record else hook_entries(jobns_program(), config_file(config_flag, environ))
     new = rewrite(
-        b.doc, binds_of(plan), job_environment(config, job), annotations_of(job, named), hooks
+        b.doc,
+        binds_of(plan),
+        job_environment(config, job),
+        annotations_of(job, named),
+        hooks,
+        options_of(plan),
     )
     if opts.get("dry_run"):
         import json
@@ -103,6 +109,11 @@ def binds_of(plan: Plan) -> list[tuple[str, str]]:
     return [
         (b.target, plan.trees[b.tree].path + (f"/{b.child}" if b.child else "")) for b in plan.binds
     ]
+
+
+def options_of(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """The mount options of each bind target besides nosuid,nodev (extra directories)."""
+    return {b.target: b.options for b in plan.binds if b.options}
 
 
 def annotations_of(job: Job, named: str) -> dict[str, str]:
@@ -146,8 +157,10 @@ def rewrite(
     env: dict[str, str],
     annotations: dict[str, str],
     hooks: dict[str, dict[str, object]] | None,
+    options: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, object]:
-    """PURE: config.json with the job's mounts, environment, annotations and hooks."""
+    """PURE: config.json with the job's mounts, environment, annotations and hooks.
+    options: a target's mount options besides rbind,nosuid,nodev (noexec, ro)."""
     import copy
 
     new = copy.deepcopy(doc)
@@ -166,7 +179,7 @@ def rewrite(
             "destination": target,
             "type": "bind",
             "source": source,
-            "options": list(MOUNT_OPTIONS),
+            "options": [*MOUNT_OPTIONS, *(options or {}).get(target, ())],
         }
         # A mount beneath the target (say /tmp/.X11-unix) must come after ours, or ours
         # would hide it.

@@ -105,9 +105,11 @@ def build(
     binds: list[tuple[str, str]],
     env: dict[str, str],
     hook: list[str] | None,
+    options: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, object]:
     """PURE: the spec of one job. binds: (target in the container, host source); hook:
-    the createRuntime hook's argv (its path is argv's first element), or None."""
+    the createRuntime hook's argv (its path is argv's first element), or None; options:
+    a target's mount options besides rbind,nosuid,nodev (an extra directory's)."""
     edits: dict[str, object] = {
         "env": [f"{k}={v}" for k, v in env.items()],
         "mounts": [
@@ -115,7 +117,7 @@ def build(
                 "hostPath": src,
                 "containerPath": target,
                 "type": "bind",
-                "options": list(MOUNT_OPTIONS),
+                "options": [*MOUNT_OPTIONS, *(options or {}).get(target, ())],
             }
             for target, src in binds
         ],
@@ -283,7 +285,9 @@ def publish(config: Config, job: Job, plan: Plan, handles: list[TreeHandle]) -> 
         program = os.path.join(os.path.dirname(sys.executable), "jobns")
         opts = ["--config", os.path.abspath(config.source)] if config.source else []
         hook = [program, "hook", *opts, "--job-id", job.job_id, "createRuntime"]
-    return write(c, job.job_id, build(c, job.job_id, binds, job_environment(config, job), hook))
+    options = {b.target: b.options for b in plan.binds if b.options}
+    doc = build(c, job.job_id, binds, job_environment(config, job), hook, options)
+    return write(c, job.job_id, doc)
 
 
 def orphans(config: Config, live: Callable[[], set[str]]) -> list[str]:

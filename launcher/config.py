@@ -77,6 +77,42 @@ class LifecycleConfig:
         self.program_timeout = float(timeout) if isinstance(timeout, (int, float)) else 300.0
 
 
+class DirConfig:
+    """One [[dirs]] entry: an extra job-private directory (README "Extra private
+    directories"). size is in bytes (config.parse turns the site's text into bytes)."""
+
+    __slots__ = ("backing", "base", "options", "path", "size")
+
+    def __init__(self, raw: dict[str, object]) -> None:
+        self.path = str(raw["path"])
+        self.base = str(raw["base"])
+        self.backing = str(raw.get("backing", "directory"))
+        size = raw.get("size")
+        self.size = dir_size(size, self.path) if size is not None else None
+        self.options = tuple(sorted({str(o) for o in _list(raw.get("options"))}))
+
+
+def dir_size(value: object, path: str, source: str = "") -> int:
+    """A [[dirs]] size in bytes: an int, or seed 003 text ("200GiB") like a capacity's."""
+    where = f"read config {source or '(built-in)'}: [[dirs]] path = {path!r}: size = {value!r}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise JobnsError(f"{where}: must be at least 1 byte")
+        return value
+    if not isinstance(value, str):
+        raise JobnsError(f'{where}: expected a size such as "200GiB" or a number of bytes')
+    # directives costs ~15 ms to import: only a config with sized [[dirs]] pays it, once.
+    from jobns.launcher.directives import DirectiveError, NodeCount, parse_capacity
+
+    try:
+        size = parse_capacity(value)
+    except DirectiveError as e:
+        raise JobnsError(f"{where}: {e.problem}") from None
+    if isinstance(size, NodeCount):
+        raise JobnsError(f'{where}: a node count (N) is not a size; give e.g. "200GiB"')
+    return size
+
+
 def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
@@ -91,6 +127,7 @@ class Config:
         "arc",
         "capacity",
         "directive_word",
+        "dirs",
         "enforce",
         "kill_wait",
         "lifecycle",
@@ -128,6 +165,7 @@ class Config:
         self.capacity = _section(raw, "capacity")
         self.directive_word = str(_section(raw, "directives").get("word", "JOBNS"))
         self.staging = StagingConfig(_section(raw, "staging"))
+        self.dirs = [DirConfig(d) for d in _list(raw.get("dirs")) if isinstance(d, dict)]
         self.lifecycle = LifecycleConfig(_section(raw, "lifecycle"))
         # [slurm] enforce: the site's SPANK plugin puts every task in the job's namespace,
         # so the prolog makes that namespace root's (README "Enforced by Slurm").
@@ -154,6 +192,10 @@ def parse(text: str, source: str) -> dict[str, object]:
     except tomllib.TOMLDecodeError as e:
         raise JobnsError(f"read config {source}: not valid TOML: {e}") from None
     check(doc, source)
+    for entry in _list(doc.get("dirs")):
+        # Bytes from here on (and in the cache): tasks never parse a size.
+        if isinstance(entry, dict) and entry.get("size") is not None:
+            entry["size"] = dir_size(entry["size"], str(entry.get("path")), source)
     return doc
 
 
@@ -183,6 +225,7 @@ def check(doc: dict[str, object], source: str) -> None:
             "scratchdir: jobs cannot find their files otherwise (seed 001)"
         )
     _check_staging(doc, source)
+    _check_dirs(doc, source)
 
 
 def _check_text(value: object, source: str, where: str) -> None:
@@ -270,6 +313,91 @@ def _check_staging(doc: dict[str, object], source: str) -> None:
                 f"read config {source}: [{section}] {key} = {value!r}: root runs "
                 "it, so give the program as an absolute path"
             )
+
+
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # every job's own already
+SYSTEM = ("/proc", "/sys", "/dev")  # the kernel's: never covered
+
+
+def _within(p: str, top: str) -> bool:
+    """p is top or lies below it."""
+    return p == top or p.startswith(top.rstrip("/") + "/")
+
+
+def _check_dirs(doc: dict[str, object], source: str) -> None:
+    """[[dirs]]: what the schema cannot say. Every path a job sees must be a new one
+    (not already private, not the kernel's, not jobns's own state), and every base a
+    directory of its own: trees of different kinds never share one, so gc and teardown
+    never take one kind for another."""
+    entries = [e for e in _list(doc.get("dirs")) if isinstance(e, dict)]
+    if not entries:
+        return
+    state_dir = str(doc.get("state_dir", DEFAULTS["state_dir"]))
+    capacity = _section(doc, "capacity")
+    bases = [
+        (f"{key} = {value!r}", value)
+        for key, value in (
+            ("local_base", doc.get("local_base", DEFAULTS["local_base"])),
+            ("shm_base", doc.get("shm_base", DEFAULTS["shm_base"])),
+            ("shared_base", doc.get("shared_base")),
+            ("[capacity] scratch_base", capacity.get("scratch_base") or "/var/lib/jobns/scratch"),
+            ("state_dir", state_dir),
+        )
+        if isinstance(value, str) and value
+    ]
+    seen: list[str] = []
+    for entry in entries:
+        path, base = str(entry["path"]), str(entry["base"])
+        where = f"read config {source}: [[dirs]] path = {path!r}"
+        for key, value in (("path", path), ("base", base)):
+            if not _is_clean_abspath(value) or value == "/":
+                raise JobnsError(
+                    f"{where}: {key} = {value!r} must be an absolute, normalised path "
+                    "other than / (no '..', '.', '//', trailing '/' or control characters)"
+                )
+        for private in PRIVATE:
+            if _within(path, private) or _within(private, path):
+                raise JobnsError(
+                    f"{where}: {private} is already private to every job; pick a path "
+                    "that neither is, holds nor lies under /tmp, /var/tmp or /dev/shm"
+                )
+        for system in SYSTEM:
+            if _within(path, system):
+                raise JobnsError(
+                    f"{where}: {system} belongs to the kernel; pick a path outside "
+                    "/proc, /sys and /dev"
+                )
+        if _within(path, state_dir) or _within(state_dir, path):
+            raise JobnsError(
+                f"{where}: it overlaps state_dir {state_dir!r} (jobns's own state); "
+                "pick another path"
+            )
+        for other in seen:
+            if _within(path, other) or _within(other, path):
+                raise JobnsError(
+                    f"{where}: it is, holds or lies under the [[dirs]] path {other!r}; "
+                    "give each extra directory a path of its own"
+                )
+        seen.append(path)
+        for what, other_base in bases:
+            if _within(base, other_base) or _within(other_base, base):
+                raise JobnsError(
+                    f"{where}: base = {base!r} overlaps {what}; give each [[dirs]] "
+                    "entry a base directory of its own (gc tells trees apart by base)"
+                )
+        bases.append((f"the base of [[dirs]] path = {path!r}", base))
+        backing = entry.get("backing", "directory")
+        if backing == "directory" and entry.get("size") is not None:
+            raise JobnsError(
+                f'{where}: a size needs backing = "tmpfs" or "disk" (a plain '
+                "directory cannot enforce one); drop size or pick a backing"
+            )
+        if backing != "directory":
+            if entry.get("size") is None:
+                raise JobnsError(
+                    f'{where}: backing = "{backing}" needs a size, e.g. size = "200GiB"'
+                )
+            dir_size(entry["size"], path, source)
 
 
 def _is_clean_abspath(p: str) -> bool:

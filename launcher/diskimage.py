@@ -90,26 +90,64 @@ def fs_type(config: Config) -> str:
     return str(value)
 
 
+def image_bases(config: Config) -> list[str]:
+    """Every directory that holds images: scratch_base, and the base of each [[dirs]]
+    entry backed by a disk image (made there: the fast local disk the site named)."""
+    out = [base_of(config)]
+    out += [d.base for d in config.dirs if d.backing == "disk" and d.base not in out]
+    return out
+
+
 def image_path(base: str, role: str, job_id: str) -> str:
     return f"{base.rstrip('/')}/{PREFIX}{role}-{job_id}{SUFFIX}"
 
 
-def open_base(base: str) -> int:
-    """The scratch base, made root's 0700 if missing; refused unless it is a real
-    directory of root's that nobody else may write (it is the site's, not a user's)."""
+def open_base(base: str, what: str = "[capacity] scratch_base") -> int:
+    """An image directory, made root's 0700 if missing; refused unless it is a real
+    directory of root's that nobody else may write (it is the site's, not a user's):
+    then no user can name, squat or swap anything in it, so an image there is ours."""
     try:
         os.makedirs(base, 0o700, exist_ok=True)
         fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        raise JobnsError(f"open [capacity] scratch_base {base}: {e.strerror}") from None
+        raise JobnsError(f"open {what} {base}: {e.strerror}") from None
     st = os.fstat(fd)
     if st.st_uid != 0 or st.st_mode & 0o022:
         os.close(fd)
         raise JobnsError(
-            f"refuse [capacity] scratch_base {base}: it must be root's and "
+            f"refuse {what} {base}: it holds disk images, so it must be root's and "
             "writable by root only (chown root; chmod go-w)"
         )
     return fd
+
+
+def _lock_device(config: Config, base: str, what: str) -> list[int]:
+    """base's fd, then those of the other image directories on the same file system,
+    each flocked exclusively in path order (never a deadlock): the node cap counts
+    every image that takes space from that file system."""
+    fd = open_base(base, what)
+    fds = [fd]
+    try:
+        dev = os.fstat(fd).st_dev
+        for other in image_bases(config):
+            if other == base or not os.path.isdir(other):
+                continue
+            try:
+                ofd = os.open(other, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            if os.fstat(ofd).st_dev == dev:
+                fds.append(ofd)
+            else:
+                os.close(ofd)
+        order = sorted(range(len(fds)), key=lambda i: os.readlink(f"/proc/self/fd/{fds[i]}"))
+        for i in order:
+            fcntl.flock(fds[i], fcntl.LOCK_EX)
+    except BaseException:
+        for f in fds:
+            os.close(f)
+        raise
+    return fds
 
 
 def _images(base_fd: int) -> list[tuple[str, os.stat_result]]:
@@ -125,9 +163,10 @@ def _images(base_fd: int) -> list[tuple[str, os.stat_result]]:
     return out
 
 
-def node_room(config: Config, base_fd: int) -> tuple[int, int]:
-    """(committed, available): the live images' sizes, and what the base can hold for
-    all images (free + what they already use - node_reserve)."""
+def node_room(config: Config, base_fd: int, *others: int) -> tuple[int, int]:
+    """(committed, available): the live images' sizes (in base_fd and the other image
+    directories of its file system), and what it can hold for all images (free +
+    what they already use - node_reserve)."""
     from jobns.launcher.capacity import config_size
 
     reserve = (
@@ -135,33 +174,37 @@ def node_room(config: Config, base_fd: int) -> tuple[int, int]:
         if config.capacity.get("node_reserve") in (0, "0")
         else config_size(config, "node_reserve") or 0
     )
-    images = _images(base_fd)
+    images = [i for fd in (base_fd, *others) for i in _images(fd)]
     committed = sum(st.st_size for _, st in images)
     used = sum(st.st_blocks * 512 for _, st in images)
     vfs = os.fstatvfs(base_fd)
     return committed, vfs.f_bavail * vfs.f_frsize + used - reserve
 
 
-def create(config: Config, role: str, job_id: str, size: int) -> str:
-    """Make the sparse image of `size` bytes (checked against the node cap under the
-    base's lock); returns its path. A leftover of the same job id is replaced."""
+def create(
+    config: Config, role: str, job_id: str, size: int, base: str | None = None, what: str = ""
+) -> str:
+    """Make the sparse image of `size` bytes in base (default scratch_base), checked
+    against the node cap under the image directories' locks; returns its path. A
+    leftover of the same job id is replaced. what: the request, for messages."""
     from jobns.launcher.capacity import human
 
-    base = base_of(config)
+    where = "[capacity] scratch_base" if base is None else "[[dirs]] base"
+    base = base or base_of(config)
     path = image_path(base, role, job_id)
     name = os.path.basename(path)
-    base_fd = open_base(base)
+    fds = _lock_device(config, base, where)
+    base_fd = fds[0]
     try:
-        fcntl.flock(base_fd, fcntl.LOCK_EX)
         try:
             os.unlink(name, dir_fd=base_fd)  # a crashed setup's, by our own name
         except FileNotFoundError:
             pass
-        committed, room = node_room(config, base_fd)
+        committed, room = node_room(config, base_fd, *fds[1:])
         if committed + size > room:
             free = max(room - committed, 0)
             raise UserError(
-                f"tmp capacity {size} bytes ({human(size)}) does not fit on this "
+                f"{what or 'tmp capacity'} {size} bytes ({human(size)}) does not fit on this "
                 f"node: its scratch disk has {free} bytes ({human(free)}) left "
                 "for jobs after the capacities of the jobs running here; ask for "
                 "less"
@@ -180,7 +223,8 @@ def create(config: Config, role: str, job_id: str, size: int) -> str:
             raise JobnsError(f"size {path} to {size} bytes: {e.strerror}") from None
         os.close(fd)
     finally:
-        os.close(base_fd)  # the flock goes with it
+        for f in fds:
+            os.close(f)  # the flocks go with them
     state.pause_point("image-made")
     return path
 
@@ -405,20 +449,32 @@ def job_of_image(path: str) -> str | None:
 
 
 def sweep(config: Config, keep_jobs: set[str], dry: bool = False) -> list[str]:
-    """Reclaim what is under the scratch base of jobs that have no state directory any
-    more (a record, even a damaged one, keeps its job's images: gc removes only what it
-    proved dead): their loop mounts (detached by fd), loop devices, then the image.
-    Returns what was (or, dry, would be) done, for gc's report."""
-    base = base_of(config)
+    """Reclaim what is in the image directories (scratch_base, the bases of disk-backed
+    [[dirs]]) of jobs that have no state directory any more (a record, even a damaged
+    one, keeps its job's images: gc removes only what it proved dead): their loop
+    mounts (detached by fd), loop devices, then the image. Returns what was (or, dry,
+    would be) done, for gc's report."""
+    done: list[str] = []
+    for base in image_bases(config):
+        try:
+            done += _sweep_base(base, keep_jobs, dry)
+        except JobnsError as e:
+            done.append(f"skipped {base}: {e}")
+    return done
+
+
+def _sweep_base(base: str, keep_jobs: set[str], dry: bool) -> list[str]:
     if not os.path.isdir(base):
         return []
     done: list[str] = []
-    devices = loop.backed_by(base)
-    base_fd = open_base(base)
+    top = base.rstrip("/")
+    # Only images directly in the base: a job tree beside them is the job user's.
+    devices = {d: b for d, b in loop.backed_by(base).items() if os.path.dirname(b) == top}
+    base_fd = open_base(base, "image directory")
     try:
         fcntl.flock(base_fd, fcntl.LOCK_EX)
         names = {name for name, _ in _images(base_fd)}
-        paths = {f"{base.rstrip('/')}/{n}" for n in names} | set(devices.values())
+        paths = {f"{top}/{n}" for n in names} | set(devices.values())
         for path in sorted(paths):
             if job_of_image(path) in keep_jobs:
                 continue

@@ -8,6 +8,7 @@ directory lives.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -262,6 +263,50 @@ def base(role: str, path: str) -> list[Finding]:
     return out
 
 
+def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
+    """A [[dirs]] entry: its path must be a directory on the host reached without a
+    symbolic link (the job's bind needs a mount point there); its base is checked like
+    the others, and must be writable by root only for a disk backing (its images)."""
+    from jobns.launcher import libc
+
+    what = f"[[dirs]] path {d.path}"
+    try:
+        fd = libc.openat2(
+            -100, d.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, libc.RESOLVE_NO_SYMLINKS
+        )
+        os.close(fd)
+        out: list[Finding] = [(OK, f"{what}: a directory (the job's mount point)")]
+    except OSError as e:
+        why = "a symbolic link is on the way" if e.errno == errno.ELOOP else e.strerror
+        out = [
+            (
+                PROBLEM,
+                f"{what}: {why}; fix: mkdir -p {d.path} on every node (a real directory, "
+                "no link on the way): jobs are bound over it",
+            )
+        ]
+    found = base(f"[[dirs]] base of {d.path}:", d.base)
+    if d.backing == "disk" and any(k == OK for k, _ in found):
+        mode = stat.S_IMODE(os.lstat(d.base).st_mode)
+        if mode & 0o022:
+            found = [
+                (
+                    PROBLEM,
+                    f"[[dirs]] base {d.base} of {d.path} (disk) is writable by others (mode "
+                    f"{mode:04o}) and holds the disk images; fix: chmod go-w {d.base}",
+                )
+            ]
+    if fs_type(d.base) in NETWORK_FS:
+        found.append(
+            (
+                PROBLEM,
+                f"[[dirs]] base {d.base} of {d.path} is on a network file system; "
+                "fix: a node-local one",
+            )
+        )
+    return out + found
+
+
 def propagation() -> list[Finding]:
     from jobns.launcher.mountinfo import propagation_warning
 
@@ -486,6 +531,8 @@ def check(
     found += state_dir(config.state_dir)
     for role in ("local_base", "shm_base", "shared_base"):
         found += base(role, str(getattr(config, role)))
+    for d in config.dirs:
+        found += extra_dir(d)
     found += propagation()
     found += slurm(slurm_conf, config.enforce)
     found += cdi(cdi_dir, cdi_configured)

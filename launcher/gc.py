@@ -170,14 +170,11 @@ def recover_live(config: config_mod.Config, job_id: str, dry: bool) -> int:
 
 
 def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[str]) -> list[Tree]:
-    """job-* trees in the local and shm bases that look like jobns's, that no record (of
-    any job in `jobs`, readable or not) names, and that nobody holds; plus temporary and
-    retired trees."""
+    """job-* trees in the local and shm bases and in each [[dirs]] base that look like
+    jobns's, that no record (of any job in `jobs`, readable or not) names, and that
+    nobody holds; plus temporary and retired trees."""
     found = []
-    for role, base, children in (
-        ("local", config.local_base, ("tmp", "var_tmp")),
-        ("shm", config.shm_base, ()),
-    ):
+    for role, base, children in bases(config):
         try:
             names = os.listdir(base)
         except OSError:
@@ -205,6 +202,13 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[st
             if fs.looks_like_ours(tree) and not fs.in_use(tree):
                 found.append(tree)
     return found
+
+
+def bases(config: config_mod.Config) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(role, base, children) of every base whose job-* trees are jobns's: the local and
+    shm bases, and each [[dirs]] base (config refuses bases that overlap)."""
+    out = [("local", config.local_base, ("tmp", "var_tmp")), ("shm", config.shm_base, ())]
+    return out + [("dir", d.base, ()) for d in config.dirs]
 
 
 def _job_id(value: str) -> bool:

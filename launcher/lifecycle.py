@@ -340,7 +340,11 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
                 records.save(config.state_dir, record)
             if size is None:
                 continue
-            if tree.role == "local" and _disk(config):
+            if (
+                (tree.extra.backing == "disk")
+                if tree.extra
+                else tree.role == "local" and _disk(config)
+            ):
                 _mount_image(config, record, rec, h, job.job_id, uid, gid)
             else:
                 sizelimit.mount(h, size, uid, gid, job.job_id)
@@ -388,10 +392,14 @@ def _mount_image(
     from jobns.launcher import diskimage
 
     assert rec.capacity is not None
-    rec.image = diskimage.image_path(diskimage.base_of(config), handle.tree.role, job_id)
+    tree = handle.tree
+    # An extra directory's image goes in its own base (the local disk the site named).
+    base = tree.base if tree.extra is not None else None
+    what = f"{tree.extra.target} (disk)" if tree.extra is not None else ""
+    rec.image = diskimage.image_path(base or diskimage.base_of(config), tree.role, job_id)
     records.save(config.state_dir, record)
     fstype = diskimage.fs_type(config)
-    diskimage.create(config, handle.tree.role, job_id, rec.capacity)
+    diskimage.create(config, tree.role, job_id, rec.capacity, base, what)
     diskimage.make_fs(rec.image, fstype, uid, gid)
     diskimage.mount(handle, rec.image, fstype, uid, gid)
 

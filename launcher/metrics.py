@@ -103,7 +103,8 @@ def render(
         for t in trees if isinstance(trees, list) else []:
             cap = t.get("capacity") if isinstance(t, dict) else None
             if isinstance(cap, int) and not isinstance(cap, bool):
-                fs = "shm" if t.get("role") == "shm" else "tmp"
+                role, target = t.get("role"), t.get("target")
+                fs = str(target) if isinstance(target, str) else "shm" if role == "shm" else "tmp"
                 caps.append((_labels(job_id=job_id, user=user, fs=fs), float(cap)))
         n = j.get("teardown_failures")
         if isinstance(n, int) and n > 0:
@@ -117,7 +118,8 @@ def render(
     out.family(
         "jobns_job_capacity_bytes",
         "gauge",
-        "Capacity of a job's size-limited /dev/shm (fs=shm) or /tmp (fs=tmp).",
+        "Capacity of a job's size-limited /dev/shm (fs=shm), /tmp (fs=tmp) or extra "
+        "private directory (fs=its path).",
         caps,
     )
     out.family(
@@ -208,6 +210,8 @@ def fill_capacity_bytes(
                 used = capacity_used(path, source_name(str(t.get("role")), str(j["job_id"])))
             else:
                 used = tree_bytes(path)
+            if used is not None and "target" in t:
+                t["used"] = used  # an extra directory's own use (jobns status)
             total = None if used is None or total is None else total + used
         j["bytes"] = total
 

@@ -84,16 +84,29 @@ def unshare(userns: bool, net_none: bool) -> None:
     libc.mount(None, "/", None, libc.MS_REC | libc.MS_SLAVE)
 
 
-def bind(source_fd: int, source_path: str, target: str) -> None:
-    """Bind the directory open at source_fd over target, then add nosuid,nodev.
+OPTION_FLAGS = {"noexec": libc.MS_NOEXEC, "ro": libc.MS_RDONLY}  # a Bind's options
+
+
+def bind(
+    source_fd: int, source_path: str, target: str, options: tuple[str, ...] = (), site: bool = False
+) -> None:
+    """Bind the directory open at source_fd over target, then add nosuid,nodev (and the
+    bind's options: noexec, ro).
 
     Mounting from /proc/self/fd/N uses the directory opened before any bind, so
     binding job-ID/tmp over /tmp cannot hide job-ID/var_tmp (seed 000's pitfall),
-    and a symlink swapped in since cannot redirect the mount.
+    and a symlink swapped in since cannot redirect the mount. site: a [[dirs]] path,
+    which may lie below directories a user can write: it is reached without following
+    any symbolic link, and the mount and its remount go through fds, never the name.
     """
+    extra = 0
+    for option in options:
+        extra |= OPTION_FLAGS[option]
+    if site:
+        return _bind_site(source_fd, source_path, target, extra)
     try:
         libc.mount(f"/proc/self/fd/{source_fd}", target, None, libc.MS_BIND)
-        flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV
+        flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | extra
         st = os.statvfs(target)
         for st_bit, ms_bit in _KEEP:
             if st.f_flag & st_bit:
@@ -101,6 +114,67 @@ def bind(source_fd: int, source_path: str, target: str) -> None:
         libc.mount(None, target, None, flags)
     except OSError as e:
         raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
+
+
+def _open_site_target(target: str, source_path: str) -> int:
+    try:
+        return libc.openat2(
+            -100,  # AT_FDCWD
+            target,
+            os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC,
+            libc.RESOLVE_NO_SYMLINKS,
+        )
+    except OSError as e:
+        why = (
+            "a symbolic link is on the way (give the real path in [[dirs]] path)"
+            if e.errno == errno.ELOOP
+            else "it must be an existing directory on every node (jobns doctor checks)"
+        )
+        raise JobnsError(f"bind {source_path} over {target}: {e.strerror}; {why}") from None
+
+
+def _bind_site(source_fd: int, source_path: str, target: str, extra: int) -> None:
+    fd = _open_site_target(target, source_path)
+    try:
+        libc.mount(f"/proc/self/fd/{source_fd}", f"/proc/self/fd/{fd}", None, libc.MS_BIND)
+    except OSError as e:
+        os.close(fd)
+        raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
+    try:
+        # The new mount lies on top of fd's directory: reach it by name again, and make
+        # sure it is the source (nobody swapped the name meanwhile).
+        top = _open_site_target(target, source_path)
+        try:
+            src, now = os.fstat(source_fd), os.fstat(top)
+            if (src.st_dev, src.st_ino) != (now.st_dev, now.st_ino):
+                raise JobnsError(
+                    f"bind {source_path} over {target}: the mount point was replaced "
+                    "while binding; refusing"
+                )
+            flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | extra
+            vfs = os.fstatvfs(top)
+            for st_bit, ms_bit in _KEEP:
+                if vfs.f_flag & st_bit:
+                    flags |= ms_bit
+            try:
+                libc.mount(None, f"/proc/self/fd/{top}", None, flags)
+            except OSError as e:
+                raise JobnsError(f"make {target} {','.join(_names(flags))}: {e.strerror}") from None
+        finally:
+            os.close(top)
+    except BaseException:
+        try:
+            libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
+
+
+def _names(flags: int) -> list[str]:
+    names = ["nosuid", "nodev"]
+    return names + [o for o, bit in sorted(OPTION_FLAGS.items()) if flags & bit]
 
 
 def apply_binds(
@@ -129,7 +203,7 @@ def apply_binds(
     done: list[object] = []
     for (fd, path), b, ident in zip(sources, plan.binds, expected, strict=True):
         if place is None or bind_one is None:
-            bind(fd, path, b.target)
+            bind(fd, path, b.target, b.options, plan.trees[b.tree].extra is not None)
         else:
             done.append(bind_one(fd, path, place(b), ident))
     return done

@@ -12,7 +12,7 @@ import time
 
 from jobns.launcher import state as state_mod
 from jobns.launcher.errors import JobnsError
-from jobns.launcher.plan import TMP_TARGETS, build, tree_from_record, tree_record
+from jobns.launcher.plan import TMP_TARGETS, Bind, build, tree_from_record, tree_record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -282,9 +282,7 @@ def new_record(
         kill_wait,
     )
     if plan is not None:
-        r.trees = [
-            TreeRecord(t, caps.for_tree(t.role) if caps is not None else None) for t in plan.trees
-        ]
+        r.trees = [TreeRecord(t, _capacity(t, caps)) for t in plan.trees]
     arc = config.raw.get("arc")
     r.arc = arc if isinstance(arc, dict) else None
     r.options = options_of(job, caps, staging)
@@ -292,6 +290,13 @@ def new_record(
         r.capacities = caps.record()
     r.staging = staging.record() if staging is not None else None
     return r
+
+
+def _capacity(tree: Tree, caps: Capacities | None) -> int | None:
+    """The size enforced on a tree: its capacity, or an extra directory's sized backing."""
+    if tree.extra is not None:
+        return tree.extra.size if tree.extra.backing != "directory" else None
+    return caps.for_tree(tree.role) if caps is not None else None
 
 
 def user_of(record: Record) -> User:
@@ -314,9 +319,15 @@ def job_of(record: Record, user: User | None = None) -> Job:
 
 
 def plan_of(config: Config, record: Record, job: Job) -> Plan:
-    """The job's plan with the recorded trees."""
-    plan = build(config, job)
+    """The job's plan with the recorded trees; the binds of its extra directories come
+    from the record too (the [[dirs]] of today's config may differ from setup's)."""
+    plan = build(config, job, dirs=False)
     plan.trees = [t.tree for t in record.trees]
+    plan.binds += [
+        Bind(i, "", t.tree.extra.target, t.tree.extra.options)
+        for i, t in enumerate(record.trees)
+        if t.tree.extra is not None
+    ]
     return plan
 
 
@@ -325,7 +336,9 @@ def host_dirs(record: Record) -> dict[str, str]:
     out: dict[str, str] = {}
     for t in record.trees:
         tree = t.tree
-        if tree.role == "shm":
+        if tree.extra is not None:
+            out[tree.extra.target] = tree.path
+        elif tree.role == "shm":
             out["/dev/shm"] = tree.path
         else:
             out.update({target: f"{tree.path}/{child}" for child, target in TMP_TARGETS})

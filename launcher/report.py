@@ -123,6 +123,11 @@ def collect(state_dir: str, config: config_mod.Config | None = None) -> list[dic
         paths = [t.tree.path for t in record.trees]
         recorded.update(paths)
         sizes = [tree_bytes(p) for p in paths]
+        trees = rec["trees"]
+        assert isinstance(trees, list)
+        for t, size in zip(trees, sizes, strict=True):
+            if size is not None and "target" in t:
+                t["used"] = size  # an extra directory's own use, for the table
         rec["paths"] = paths
         rec["bytes"] = None if None in sizes else sum(s or 0 for s in sizes)
         jobs.append(rec)
@@ -143,7 +148,12 @@ def standalone(
 
     found: dict[str, dict[str, object]] = {}
     children = tuple(c for c, _ in TMP_TARGETS)
-    for role, base, kids in (("local", config.local_base, children), ("shm", config.shm_base, ())):
+    dirs = [("dir", d.base, ()) for d in config.dirs]
+    for role, base, kids in (
+        ("local", config.local_base, children),
+        ("shm", config.shm_base, ()),
+        *dirs,
+    ):
         try:
             names = sorted(os.listdir(base))
         except OSError:
@@ -211,11 +221,17 @@ def human(n: object) -> str:
 
 
 def capacities(job: dict[str, object]) -> str:
-    """A job's capacities and their backing for the table: "tmp 64M disk, shm 1M"."""
+    """A job's capacities and their backing for the table: "tmp 64M disk, shm 1M", and
+    each extra directory's backing and use: "/scratch/local disk 1.2MiB/8.0MiB"."""
     out = []
     trees = job.get("trees")
     for t in trees if isinstance(trees, list) else []:
-        if isinstance(t, dict) and isinstance(t.get("capacity"), int):
+        if isinstance(t, dict) and isinstance(t.get("target"), str):
+            cap = t.get("capacity")
+            limit = f"/{human(cap)}" if isinstance(cap, int) else ""
+            used = human(t["used"]) if isinstance(t.get("used"), int) else "?"
+            out.append(f"{t['target']} {t.get('backing', 'directory')} {used}{limit}")
+        elif isinstance(t, dict) and isinstance(t.get("capacity"), int):
             role = "tmp" if t.get("role") == "local" else str(t.get("role"))
             backing = "disk" if t.get("image") else "tmpfs"
             out.append(f"{role} {human(t['capacity'])} {backing}")

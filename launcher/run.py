@@ -77,6 +77,10 @@ def main(opts: Options, command: list[str]) -> int:
     from jobns.launcher.plan import build
 
     plan = build(config, job)
+    if config.dirs:
+        from jobns.launcher.dirs import for_standalone
+
+        plan = for_standalone(plan)
     if opts.get("dry_run"):
         print(plan.describe())
         return 0

@@ -316,6 +316,87 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                               'pattern': '^[A-Za-z0-9_]{1,64}$',
                                                                               'type': 'string'}},
                                                       'type': 'object'},
+                                       'dirs': {'description': 'Extra job-private directories '
+                                                               "(README 'Extra private "
+                                                               "directories'), like Slurm's "
+                                                               'dir_confs.',
+                                                'items': {'additionalProperties': False,
+                                                          'properties': {'backing': {'description': 'A '
+                                                                                                    'plain '
+                                                                                                    'directory '
+                                                                                                    '(default), '
+                                                                                                    'a '
+                                                                                                    'size-limited '
+                                                                                                    'tmpfs, '
+                                                                                                    'or '
+                                                                                                    'a '
+                                                                                                    'loop-mounted '
+                                                                                                    'disk '
+                                                                                                    'image '
+                                                                                                    'made '
+                                                                                                    'in '
+                                                                                                    'base.',
+                                                                                     'enum': ['directory',
+                                                                                              'tmpfs',
+                                                                                              'disk']},
+                                                                         'base': {'description': 'Host '
+                                                                                                 'directory '
+                                                                                                 'holding '
+                                                                                                 'each '
+                                                                                                 "job's "
+                                                                                                 'tree '
+                                                                                                 '<base>/job-<id>.',
+                                                                                  'maxLength': 4096,
+                                                                                  'minLength': 1,
+                                                                                  'type': 'string'},
+                                                                         'options': {'description': 'Mount '
+                                                                                                    'options '
+                                                                                                    'inside '
+                                                                                                    'the '
+                                                                                                    'job '
+                                                                                                    'besides '
+                                                                                                    'nosuid,nodev '
+                                                                                                    '(always '
+                                                                                                    'applied).',
+                                                                                     'items': {'enum': ['noexec',
+                                                                                                        'ro']},
+                                                                                     'type': 'array'},
+                                                                         'path': {'description': 'Where '
+                                                                                                 'the '
+                                                                                                 'job '
+                                                                                                 'sees '
+                                                                                                 'the '
+                                                                                                 'directory '
+                                                                                                 '(an '
+                                                                                                 'existing '
+                                                                                                 'directory '
+                                                                                                 'on '
+                                                                                                 'every '
+                                                                                                 'node).',
+                                                                                  'maxLength': 4096,
+                                                                                  'minLength': 1,
+                                                                                  'type': 'string'},
+                                                                         'size': {'description': 'Size '
+                                                                                                 'of '
+                                                                                                 'a '
+                                                                                                 'tmpfs '
+                                                                                                 'or '
+                                                                                                 'disk '
+                                                                                                 'backing '
+                                                                                                 '(seed '
+                                                                                                 '003 '
+                                                                                                 'units); '
+                                                                                                 'refused '
+                                                                                                 'for '
+                                                                                                 'a '
+                                                                                                 'directory.',
+                                                                                  'maxLength': 40,
+                                                                                  'minimum': 1,
+                                                                                  'type': ['string',
+                                                                                           'integer']}},
+                                                          'required': ['path', 'base'],
+                                                          'type': 'object'},
+                                                'type': 'array'},
                                        'kill_wait': {'description': 'Seconds between SIGTERM and '
                                                                     "SIGKILL (Slurm's KillWait).",
                                                      'maximum': 86400,
@@ -595,7 +676,21 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                               'required': ['source', 'destination', 'line'],
                                               'type': 'object'},
                                      'tree': {'additionalProperties': False,
-                                              'properties': {'base': {'minLength': 1,
+                                              'properties': {'backing': {'description': 'An extra '
+                                                                                        "directory's "
+                                                                                        'backing, '
+                                                                                        'as '
+                                                                                        'configured '
+                                                                                        'at setup '
+                                                                                        '(a '
+                                                                                        'standalone '
+                                                                                        'run makes '
+                                                                                        'plain '
+                                                                                        'directories).',
+                                                                         'enum': ['directory',
+                                                                                  'tmpfs',
+                                                                                  'disk']},
+                                                             'base': {'minLength': 1,
                                                                       'type': 'string'},
                                                              'capacity': {'description': 'Bytes of '
                                                                                          'the '
@@ -633,13 +728,39 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                       'type': 'boolean'},
                                                              'name': {'minLength': 1,
                                                                       'type': 'string'},
+                                                             'options': {'description': 'An extra '
+                                                                                        "directory's "
+                                                                                        'mount '
+                                                                                        'options '
+                                                                                        'besides '
+                                                                                        'nosuid,nodev.',
+                                                                         'items': {'enum': ['noexec',
+                                                                                            'ro']},
+                                                                         'type': 'array'},
                                                              'parents': {'items': {'type': 'string'},
                                                                          'type': 'array'},
                                                              'remove': {'type': 'boolean'},
                                                              'role': {'enum': ['local',
                                                                                'shared',
                                                                                'shm',
-                                                                               'scratch']}},
+                                                                               'scratch',
+                                                                               'dir']},
+                                                             'target': {'description': 'An extra '
+                                                                                       'private '
+                                                                                       'directory '
+                                                                                       '([[dirs]]): '
+                                                                                       'where the '
+                                                                                       'job sees '
+                                                                                       'this tree; '
+                                                                                       'its bind '
+                                                                                       'comes from '
+                                                                                       'here, '
+                                                                                       'never from '
+                                                                                       'the '
+                                                                                       'config.',
+                                                                        'minLength': 2,
+                                                                        'pattern': '^/',
+                                                                        'type': 'string'}},
                                               'required': ['role',
                                                            'base',
                                                            'parents',

@@ -40,6 +40,7 @@ LOW = {
     "launcher.jsonfast",
     "launcher.validate",
     "launcher.environment",
+    "launcher.directives",  # a leaf parser: config parses [[dirs]] sizes with it
 }
 
 
