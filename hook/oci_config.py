@@ -43,7 +43,7 @@ TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.inputs import Options
     from jobns.launcher.job import Job
-    from jobns.launcher.plan import Plan
+    from jobns.launcher.plan import Bind, Plan
 
 MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
 
@@ -76,7 +76,8 @@ def main(opts: Options, command: list[str]) -> int:
         check_trees_owner(who, ids[0], job.job_id, plan)
     # Before anything is made or written: the runtime mounts the job's directories at
     # these targets, so none may have a link (or a non-directory) on its way.
-    rootfs.check(b.rootfs, [bind.target for bind in plan.binds])
+    rootfs.check(b.rootfs, [bd.target for bd in plan.binds if plan.trees[bd.tree].extra is None])
+    plan.binds = [bd for bd in plan.binds if usable(b.rootfs, plan, bd)]
     hooks = None if record else hook_entries(jobns_program(), config_file(config_flag, environ))
     new = rewrite(
         b.doc,
@@ -102,6 +103,20 @@ def main(opts: Options, command: list[str]) -> int:
     for h in handles:
         h.close()
     return 0
+
+
+def usable(root: str, plan: Plan, bind: Bind) -> bool:
+    """An extra private directory is optional in a container, as in the hook: one whose
+    mount point has a link or a non-directory on its way in this rootfs is left out of
+    the bundle with a warning (the container sees its image's own directory there)."""
+    if plan.trees[bind.tree].extra is None:
+        return True
+    try:
+        rootfs.check(root, [bind.target])
+    except JobnsError as e:
+        sys.stderr.write(f"jobns: warning: {bind.target} left out of the bundle: {e}\n")
+        return False
+    return True
 
 
 def binds_of(plan: Plan) -> list[tuple[str, str]]:

@@ -277,7 +277,13 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
         os.close(fd)
         out: list[Finding] = [(OK, f"{what}: a directory (the job's mount point)")]
     except OSError as e:
-        why = "a symbolic link is on the way" if e.errno == errno.ELOOP else e.strerror
+        why = (
+            "a symbolic link is on the way"
+            if e.errno == errno.ELOOP
+            else os.strerror(e.errno)
+            if e.errno
+            else str(e)
+        )
         out = [
             (
                 PROBLEM,
@@ -285,6 +291,7 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
                 "no link on the way): jobs are bound over it",
             )
         ]
+    out += path_guarded(d.path, what)
     found = base(f"[[dirs]] base of {d.path}:", d.base)
     if d.backing == "disk" and any(k == OK for k, _ in found):
         mode = stat.S_IMODE(os.lstat(d.base).st_mode)
@@ -305,6 +312,35 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
             )
         )
     return out + found
+
+
+def path_guarded(path: str, what: str) -> list[Finding]:
+    """A problem for each directory above path that lets a user other than root replace
+    what lies below it (owned by a user, or writable by others without the sticky bit
+    on a root-owned entry): she could put a symbolic link at the mount point, and setup
+    then refuses every job on the node (it never binds through a link)."""
+    out: list[Finding] = []
+    parts = path.strip("/").split("/")
+    parent = "/"
+    for part in parts:
+        child = f"{parent.rstrip('/')}/{part}"
+        try:
+            pst, cst = os.lstat(parent), os.lstat(child)
+        except OSError:
+            return out
+        shared = pst.st_mode & 0o022 and not (pst.st_mode & stat.S_ISVTX and cst.st_uid == 0)
+        if pst.st_uid != 0 or shared:
+            out.append(
+                (
+                    PROBLEM,
+                    f"{what}: {parent} (uid {pst.st_uid}, mode "
+                    f"{stat.S_IMODE(pst.st_mode):04o}) lets another user replace {child}; "
+                    f"fix: chown root {parent}; chmod go-w {parent} (or keep the path "
+                    "under root's directories only)",
+                )
+            )
+        parent = child
+    return out
 
 
 def propagation() -> list[Finding]:

@@ -283,6 +283,10 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
         staging = Staging.from_record(record.staging)
         if staging is not None:
             check_session_dir(record, staging)
+        if any(t.extra is not None for t in plan.trees):
+            from jobns.launcher.namespace import check_site_targets
+
+            check_site_targets(plan)
         handles += make_trees(config, record, job, plan)
         if staging is not None:
             errors = stage_in(record, staging)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 from jobns.launcher import libc
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError, UserError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -116,6 +117,16 @@ def bind(
         raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
 
 
+def check_site_targets(plan: Plan) -> None:
+    """Setup, in the host's namespaces as root, before anything is made: each extra
+    directory's mount point is reachable without a link. Here a link's owner is known
+    (in a job's user namespace root and every other user both show as the overflow uid),
+    so a site's own link fails as the site's error and a user's refuses only the job."""
+    for b in plan.binds:
+        if plan.trees[b.tree].extra is not None:
+            os.close(_open_site_target(b.target, plan.trees[b.tree].path))
+
+
 def _open_site_target(target: str, source_path: str) -> int:
     try:
         return libc.openat2(
@@ -125,12 +136,40 @@ def _open_site_target(target: str, source_path: str) -> int:
             libc.RESOLVE_NO_SYMLINKS,
         )
     except OSError as e:
+        # e.strerror names openat2 and the path again: the bare reason reads better.
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        what = f"bind {source_path} over {target}: {reason}"
+        culprit = _not_a_directory(target) if e.errno in (errno.ELOOP, errno.ENOTDIR) else None
+        if culprit is not None and culprit[1] != 0:
+            # Somebody's own link or file, not the site's: a user could otherwise take
+            # nodes out of service by planting one. Refuse the job, keep the node.
+            raise UserError(
+                f"{what}: {culprit[0]} is not a directory and belongs to uid {culprit[1]}, "
+                "not root, so nothing is bound through it; an administrator should make "
+                "the path a root-owned directory (jobns doctor)"
+            ) from None
         why = (
             "a symbolic link is on the way (give the real path in [[dirs]] path)"
             if e.errno == errno.ELOOP
             else "it must be an existing directory on every node (jobns doctor checks)"
         )
-        raise JobnsError(f"bind {source_path} over {target}: {e.strerror}; {why}") from None
+        raise JobnsError(f"{what}; {why}") from None
+
+
+def _not_a_directory(target: str) -> tuple[str, int] | None:
+    """The first component of target that is not a directory (a symbolic link, a file),
+    and its owner; None if there is none (or it cannot be looked at). Only looks: lstat
+    never follows the link it finds."""
+    path = ""
+    for part in target.strip("/").split("/"):
+        path += f"/{part}"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return path, st.st_uid
+    return None
 
 
 def _bind_site(source_fd: int, source_path: str, target: str, extra: int) -> None:
@@ -147,9 +186,11 @@ def _bind_site(source_fd: int, source_path: str, target: str, extra: int) -> Non
         try:
             src, now = os.fstat(source_fd), os.fstat(top)
             if (src.st_dev, src.st_ino) != (now.st_dev, now.st_ino):
-                raise JobnsError(
+                # Only someone who may write a directory on the path can do that.
+                raise UserError(
                     f"bind {source_path} over {target}: the mount point was replaced "
-                    "while binding; refusing"
+                    "while binding (jobns doctor names the directory that lets a user "
+                    "do that)"
                 )
             flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | extra
             vfs = os.fstatvfs(top)

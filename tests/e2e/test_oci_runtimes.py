@@ -452,6 +452,122 @@ def test_prolog_job_goes_only_to_its_users_container(
     assert rig.clean(), (rig.box.leftovers(), rig.holds_left())
 
 
+def extra_dirs(rig: Rig) -> tuple[Path, Path, Path]:
+    """The sandbox's config with three [[dirs]] entries (README "Extra private
+    directories"): mnt/scratch a plain directory (noexec), mnt/data a 16 MiB disk image
+    (ro), mnt/fast a 4 MiB tmpfs. Their mount points exist on the host; in a container's
+    rootfs the hook makes them."""
+    box = rig.box
+    targets = tuple(box.root / "mnt" / n for n in ("scratch", "data", "fast"))
+    entries = []
+    for target, backing in zip(targets, ("directory", "disk", "tmpfs"), strict=True):
+        base = box.root / f"x{target.name}"
+        base.mkdir(mode=0o755)
+        target.mkdir(parents=True)
+        entries.append(f'[[dirs]]\npath = "{target}"\nbase = "{base}"\nbacking = "{backing}"\n')
+    entries[0] += 'options = ["noexec"]\n'
+    entries[1] += 'size = "16MiB"\noptions = ["ro"]\n'
+    entries[2] += 'size = "4MiB"\n'
+    box.write_config("".join(entries))
+    scratch, data, fast = targets
+    return scratch, data, fast
+
+
+def mount_options(mountinfo: str, target: Path) -> tuple[list[str], str]:
+    """The per-mount options and the fs type of the last mount at target."""
+    found = [ln for ln in mountinfo.splitlines() if ln.split()[4:5] == [str(target)]]
+    assert found, (target, mountinfo)
+    fields = found[-1].split()
+    return fields[5].split(","), fields[fields.index("-") + 1]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_extra_private_directories_reach_a_prolog_jobs_container(
+    rig: Rig, runtime: str, users: list[OsUser]
+) -> None:
+    """[[dirs]] in a container of a set-up job: each extra directory is bound at its
+    path with its options (noexec, ro) and its backing (a loop-mounted image, a tmpfs),
+    missing mount points are made in the rootfs, and one whose path in the image goes
+    through a symbolic link (to /etc) is left out with a warning, never followed: the
+    container still runs and its /etc is its own."""
+    need(runtime)
+    alice = users[0]
+    scratch, data, fast = extra_dirs(rig)
+    job = rig.job(20)
+    r = rig.box.run(["setup", "--job-id", job, "--user", alice.name])
+    assert r.returncode == 0, r.stderr
+    try:
+        b = rig.bundle(
+            "xd",
+            f"cat /proc/self/mountinfo; echo hers > {scratch}/f; touch {data}/x; "
+            "echo w=$?; ls /etc",
+            {"org.jobns.job-id": job},
+            user=(alice.uid, alice.gid),
+        )
+        # In this image the tmpfs's path goes through a link to /etc.
+        inner = b / "rootfs" / str(fast.parent).lstrip("/")
+        inner.mkdir(parents=True)
+        os.symlink("/etc", inner / fast.name)
+        r = rig.run(runtime, b, "xd")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        opts, fstype = mount_options(r.stdout, scratch)
+        assert {"nosuid", "nodev", "noexec"} <= set(opts), opts
+        opts, fstype = mount_options(r.stdout, data)
+        assert {"nosuid", "nodev", "ro"} <= set(opts) and fstype == "ext4", (opts, fstype)
+        assert not [ln for ln in r.stdout.splitlines() if " /etc " in ln], r.stdout
+        assert "w=1" in r.stdout and r.stdout.split()[-2:] == ["group", "passwd"], r.stdout
+        assert (rig.box.root / "xscratch" / f"job-{job}" / "f").read_text() == "hers\n"
+        assert sorted(os.listdir(b / "rootfs" / "etc")) == ["group", "passwd"]
+        if runtime == "crun":  # runc shows a hook's stderr only when the hook fails
+            said = rig.hooks_err.read_text()
+            assert f"jobns: warning: {fast} skipped in the container" in said, said
+    finally:
+        assert rig.box.run(["teardown", "--job-id", job]).returncode == 0
+    assert rig.clean(), (rig.box.leftovers(), rig.holds_left())
+    assert [p for n in ("xscratch", "xdata", "xfast") for p in (rig.box.root / n).iterdir()] == []
+
+
+def test_oci_config_binds_extra_directories_with_their_options(
+    rig: Rig, users: list[OsUser]
+) -> None:
+    """A bundle prepared by `jobns oci-config` (no hook): runc itself mounts the extra
+    directories with rbind,nosuid,nodev and their options; one whose path goes through
+    a link in the image is left out of config.json with a warning."""
+    need("runc")
+    alice = users[0]
+    scratch, data, fast = extra_dirs(rig)
+    job = rig.job(21)
+    assert rig.box.run(["setup", "--job-id", job, "--user", alice.name]).returncode == 0
+    try:
+        b = rig.bundle(
+            "oc",
+            f"cat /proc/self/mountinfo; touch {data}/x; echo w=$?; echo hers > {scratch}/f",
+            {"org.jobns.job-id": job},
+            hooks={},
+            user=(alice.uid, alice.gid),
+        )
+        inner = b / "rootfs" / str(fast.parent).lstrip("/")
+        inner.mkdir(parents=True)
+        os.symlink("/etc", inner / fast.name)
+        r = rig.box.run(["oci-config", str(b)], cwd="/")
+        assert r.returncode == 0, r.stderr
+        assert f"jobns: warning: {fast} left out of the bundle" in r.stderr, r.stderr
+        doc = json.loads((b / "config.json").read_text())
+        by_target = {m["destination"]: m.get("options") for m in doc["mounts"]}
+        assert str(fast) not in by_target
+        assert by_target[str(data)] == ["rbind", "nosuid", "nodev", "ro"]
+        r = rig.run("runc", b, "oc")
+        assert r.returncode == 0, r.stderr
+        opts, fstype = mount_options(r.stdout, data)
+        assert {"nosuid", "nodev", "ro"} <= set(opts) and fstype == "ext4", (opts, fstype)
+        assert "noexec" in mount_options(r.stdout, scratch)[0]
+        assert "w=1" in r.stdout
+        assert (rig.box.root / "xscratch" / f"job-{job}" / "f").read_text() == "hers\n"
+    finally:
+        assert rig.box.run(["teardown", "--job-id", job]).returncode == 0
+    assert rig.clean(), (rig.box.leftovers(), rig.holds_left())
+
+
 # --- Podman --------------------------------------------------------------------------
 
 

@@ -803,8 +803,13 @@ def test_oci_config_prepares_a_bundle(
         )
     mountinfo = c.sh("cat /proc/self/mountinfo")
     assert c.hook().returncode == 0
-    new_lines = set(c.sh("cat /proc/self/mountinfo").splitlines()) - set(mountinfo.splitlines())
-    assert [ln.split()[4] for ln in new_lines] == [f"{c.rootfs}/var/tmp"]
+    after = c.sh("cat /proc/self/mountinfo").splitlines()
+    ids = {ln.split()[0] for ln in mountinfo.splitlines()}
+    assert [ln.split()[4] for ln in after if ln.split()[0] not in ids] == [f"{c.rootfs}/var/tmp"]
+    # The runtime's own binds are kept, and get the job's flags whatever the bundle said.
+    for target in ("tmp", "dev/shm"):
+        (line,) = [ln for ln in after if ln.split()[4] == f"{c.rootfs}/{target}"]
+        assert {"nosuid", "nodev"} <= set(line.split()[5].split(",")), line
     assert holds_left(box) == ["OC1", "OC1/oc"]
     assert c.finish().returncode == 0
     assert box.leftovers() == []

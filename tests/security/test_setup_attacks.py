@@ -139,6 +139,18 @@ def squat(world: World, base: Path, name: str, kind: str, tree: bool, decoy: Pat
     assert r.returncode == 0, r.stderr
 
 
+def moved_intact(before: list[tuple[str, str, int, int, int]], aside: Path, name: str) -> None:
+    """aside is the very entry the squatter made at name: its snapshot (content, owners,
+    modes) is the one taken before setup, under the new name."""
+    old = [e for e in before if e[0] == name or e[0].startswith(name + "/")]
+    new = [
+        (e[0].replace(aside.name, name, 1), *e[1:])
+        for e in snapshot(aside.parent)
+        if e[0] == aside.name or e[0].startswith(aside.name + "/")
+    ]
+    assert sorted(new) == sorted(old)
+
+
 def entries(base: Path, prefix: str) -> list[Path]:
     return sorted(p for p in base.iterdir() if p.name.startswith(prefix))
 
@@ -173,14 +185,7 @@ def test_squatted_job_dirs_are_moved_aside_and_never_used(world: World, kind: st
         moved.append(aside)
         st = aside.lstat()
         assert st.st_uid == bob.uid, f"{aside} was chowned"
-        # The very entry bob made, renamed: same snapshot under the new name.
-        old = [e for e in before[base] if e[0] == "job-40" or e[0].startswith("job-40/")]
-        new = [
-            (e[0].replace(aside.name, "job-40", 1), *e[1:])
-            for e in snapshot(base)
-            if e[0] == aside.name or e[0].startswith(aside.name + "/")
-        ]
-        assert sorted(new) == sorted(old)
+        moved_intact(before[base], aside, "job-40")
         job_dir = base / "job-40"
         assert job_dir.is_dir() and not job_dir.is_symlink()
         assert job_dir.stat().st_uid == alice.uid

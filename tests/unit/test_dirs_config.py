@@ -37,7 +37,9 @@ def test_sizes_are_seed_003_units_and_stored_as_bytes() -> None:
         "t.toml",
     )
     # parse() hands bytes onward (and to root's cache): tasks never parse a size.
-    assert [e["size"] for e in doc["dirs"]] == [8 * 1024**2, 2 * 1000**3]  # type: ignore[index]
+    entries = doc["dirs"]
+    assert isinstance(entries, list)
+    assert [e["size"] for e in entries] == [8 * 1024**2, 2 * 1000**3]
     a, b = load_text(
         entry(backing='"tmpfs"', size='"8MiB"', options='["ro", "noexec", "ro"]')
         + '[[dirs]]\npath = "/local"\nbase = "/data/jobns"\nbacking = "disk"\nsize = 4096\n'

@@ -148,9 +148,12 @@ def test_oci_and_cdi_mount_entries_carry_the_options() -> None:
     from jobns.launcher import cdi
 
     plan = build(cfg(), job())
-    doc = {"process": {"env": []}, "mounts": [{"destination": "/data", "type": "tmpfs"}]}
+    doc: dict[str, object] = {
+        "process": {"env": []},
+        "mounts": [{"destination": "/data", "type": "tmpfs"}],
+    }
     new = rewrite(doc, binds_of(plan), {}, {}, None, options_of(plan))
-    mounts = {m["destination"]: m for m in new["mounts"]}  # type: ignore[attr-defined,index]
+    mounts = {m["destination"]: m for m in new["mounts"]}  # type: ignore[attr-defined]
     assert mounts["/scratch/local"]["options"] == ["rbind", "nosuid", "nodev", "noexec"]
     assert mounts["/data"] == {
         "destination": "/data",
