@@ -96,10 +96,11 @@ def apply(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeH
         )
         os.close(skip_w)
         skip_w = -1
-        child.finish("bind into the container")
+        # Read to the end first: a child blocked on a full pipe would never finish.
         skipped = b""
         while chunk := os.read(skip_r, 65536):
             skipped += chunk
+        child.finish("bind into the container")
     finally:
         os.close(skip_r)
         if skip_w >= 0:
