@@ -236,11 +236,10 @@ def already_bound(pid: int, rootfs: str, plan: Plan, handles: list[TreeHandle]) 
 
 def flags_ok(path: str, options: tuple[str, ...]) -> bool:
     """Has the mount at path nosuid,nodev and these options (noexec, ro)?"""
-    want = os.ST_NOSUID | os.ST_NODEV
-    want |= os.ST_NOEXEC if "noexec" in options else 0
-    want |= os.ST_RDONLY if "ro" in options else 0
+    from jobns.launcher.namespace import has_flags
+
     try:
-        return os.statvfs(path).f_flag & want == want
+        return has_flags(os.statvfs(path), options)
     except OSError:
         return False
 

@@ -43,11 +43,7 @@ from jobns.launcher import fs, libc, mountinfo
 from jobns.launcher.errors import JobnsError
 from jobns.launcher.fastimport import signal
 from jobns.launcher.fork import spawn
-from jobns.launcher.namespace import (
-    _KEEP,  # the flags a bind remount must keep
-    OPTION_FLAGS,
-    apply_binds,
-)
+from jobns.launcher.namespace import apply_binds, has_flags, remount_flags
 from jobns.launcher.state import PAUSE_VAR
 
 PAUSE_POINT = "hook-bind"  # test hook: the bind helper stops itself before it binds
@@ -230,18 +226,11 @@ def _detach(path: str) -> None:
 def remount(fd: int, path: str, options: tuple[str, ...]) -> None:
     """Give the mount open at fd (O_PATH) nosuid,nodev and the bind's options, keeping
     the flags it has (a no-op when all are there already)."""
-    flags = libc.MS_NOSUID | libc.MS_NODEV
-    for option in options:
-        flags |= OPTION_FLAGS[option]
     vfs = os.fstatvfs(fd)
-    have = 0
-    for st_bit, ms_bit in ((os.ST_NOSUID, libc.MS_NOSUID), (os.ST_NODEV, libc.MS_NODEV), *_KEEP):
-        if vfs.f_flag & st_bit:
-            have |= ms_bit
-    if flags & ~have == 0:
+    if has_flags(vfs, options):
         return
     try:
-        libc.mount(None, f"/proc/self/fd/{fd}", None, libc.MS_REMOUNT | libc.MS_BIND | flags | have)
+        libc.mount(None, f"/proc/self/fd/{fd}", None, remount_flags(vfs, options))
     except OSError as e:
         raise JobnsError(
             f"remount {path} {','.join(options) or 'nosuid,nodev'}: {e.strerror}"
@@ -279,15 +268,8 @@ def bind(
                 f"bind {src_path} over {target.path}: the mount point was "
                 "replaced while binding; refusing"
             )
-        flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV
-        for option in options:
-            flags |= OPTION_FLAGS[option]
-        vfs = os.fstatvfs(top)
-        for st_bit, ms_bit in _KEEP:
-            if vfs.f_flag & st_bit:
-                flags |= ms_bit
         try:
-            libc.mount(None, f"/proc/self/fd/{top}", None, flags)
+            libc.mount(None, f"/proc/self/fd/{top}", None, remount_flags(os.fstatvfs(top), options))
         except OSError as e:
             raise JobnsError(f"make {target.path} nosuid,nodev: {e.strerror}") from None
     except BaseException:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobns.launcher.errors import JobnsError
-
 if TYPE_CHECKING:
     from jobns.launcher.config import Config
     from jobns.launcher.directives import Directives
@@ -110,23 +108,10 @@ def config_size(config: Config, key: str) -> int | None:
     value = config.capacity.get(key)
     if value is None or value == "":
         return None
-    where = f"read config {config.source or '(built-in)'}: [capacity] {key} = {value!r}"
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise JobnsError(f'{where}: expected a size such as "4GiB" or a number of bytes')
-    if isinstance(value, int):
-        if value < 1:
-            raise JobnsError(f"{where}: must be at least 1 byte")
-        return value
-    # directives costs ~15 ms to import (dataclasses, fractions): only when sizes are used.
-    from jobns.launcher.directives import DirectiveError, NodeCount, parse_capacity
+    from jobns.launcher.config import size_bytes
 
-    try:
-        size = parse_capacity(value)
-    except DirectiveError as e:
-        raise JobnsError(f"{where}: {e.problem}") from None
-    if isinstance(size, NodeCount):
-        raise JobnsError(f'{where}: a node count (N) is not a size; give e.g. "4GiB"')
-    return size
+    where = f"read config {config.source or '(built-in)'}: [capacity] {key} = {value!r}"
+    return size_bytes(value, where, "4GiB")
 
 
 def granularity(config: Config) -> int:

@@ -95,13 +95,19 @@ class DirConfig:
 def dir_size(value: object, path: str, source: str = "") -> int:
     """A [[dirs]] size in bytes: an int, or seed 003 text ("200GiB") like a capacity's."""
     where = f"read config {source or '(built-in)'}: [[dirs]] path = {path!r}: size = {value!r}"
-    if isinstance(value, int) and not isinstance(value, bool):
+    return size_bytes(value, where, "200GiB")
+
+
+def size_bytes(value: object, where: str, example: str) -> int:
+    """A size the site wrote in its config, in bytes: a positive int, or text in seed
+    003's units ("4GiB"); anything else is a JobnsError that starts with where."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise JobnsError(f'{where}: expected a size such as "{example}" or a number of bytes')
+    if isinstance(value, int):
         if value < 1:
             raise JobnsError(f"{where}: must be at least 1 byte")
         return value
-    if not isinstance(value, str):
-        raise JobnsError(f'{where}: expected a size such as "200GiB" or a number of bytes')
-    # directives costs ~15 ms to import: only a config with sized [[dirs]] pays it, once.
+    # directives costs ~15 ms to import (dataclasses, fractions): only when sizes are used.
     from jobns.launcher.directives import DirectiveError, NodeCount, parse_capacity
 
     try:
@@ -109,7 +115,7 @@ def dir_size(value: object, path: str, source: str = "") -> int:
     except DirectiveError as e:
         raise JobnsError(f"{where}: {e.problem}") from None
     if isinstance(size, NodeCount):
-        raise JobnsError(f'{where}: a node count (N) is not a size; give e.g. "200GiB"')
+        raise JobnsError(f'{where}: a node count (N) is not a size; give e.g. "{example}"')
     return size
 
 

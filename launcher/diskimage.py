@@ -127,6 +127,7 @@ def _lock_device(config: Config, base: str, what: str) -> list[int]:
     every image that takes space from that file system."""
     fd = open_base(base, what)
     fds = [fd]
+    locking = [(base, fd)]
     try:
         dev = os.fstat(fd).st_dev
         for other in image_bases(config):
@@ -138,11 +139,11 @@ def _lock_device(config: Config, base: str, what: str) -> list[int]:
                 continue
             if os.fstat(ofd).st_dev == dev:
                 fds.append(ofd)
+                locking.append((other, ofd))
             else:
                 os.close(ofd)
-        order = sorted(range(len(fds)), key=lambda i: os.readlink(f"/proc/self/fd/{fds[i]}"))
-        for i in order:
-            fcntl.flock(fds[i], fcntl.LOCK_EX)
+        for _, f in sorted(locking):
+            fcntl.flock(f, fcntl.LOCK_EX)
     except BaseException:
         for f in fds:
             os.close(f)

@@ -86,6 +86,27 @@ def unshare(userns: bool, net_none: bool) -> None:
 
 
 OPTION_FLAGS = {"noexec": libc.MS_NOEXEC, "ro": libc.MS_RDONLY}  # a Bind's options
+_OPTION_ST = {"noexec": os.ST_NOEXEC, "ro": os.ST_RDONLY}  # the same, as statvfs shows them
+
+
+def remount_flags(vfs: os.statvfs_result, options: tuple[str, ...]) -> int:
+    """The flags of the remount that makes a bind nosuid,nodev plus options, keeping the
+    flags it has (vfs: its statvfs) that a remount must not drop (_KEEP)."""
+    flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV
+    for option in options:
+        flags |= OPTION_FLAGS[option]
+    for st_bit, ms_bit in _KEEP:
+        if vfs.f_flag & st_bit:
+            flags |= ms_bit
+    return flags
+
+
+def has_flags(vfs: os.statvfs_result, options: tuple[str, ...]) -> bool:
+    """Is the mount (vfs: its statvfs) nosuid,nodev with these options already?"""
+    want = os.ST_NOSUID | os.ST_NODEV
+    for option in options:
+        want |= _OPTION_ST[option]
+    return vfs.f_flag & want == want
 
 
 def bind(
@@ -100,19 +121,11 @@ def bind(
     which may lie below directories a user can write: it is reached without following
     any symbolic link, and the mount and its remount go through fds, never the name.
     """
-    extra = 0
-    for option in options:
-        extra |= OPTION_FLAGS[option]
     if site:
-        return _bind_site(source_fd, source_path, target, extra)
+        return _bind_site(source_fd, source_path, target, options)
     try:
         libc.mount(f"/proc/self/fd/{source_fd}", target, None, libc.MS_BIND)
-        flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | extra
-        st = os.statvfs(target)
-        for st_bit, ms_bit in _KEEP:
-            if st.f_flag & st_bit:
-                flags |= ms_bit
-        libc.mount(None, target, None, flags)
+        libc.mount(None, target, None, remount_flags(os.statvfs(target), options))
     except OSError as e:
         raise JobnsError(f"bind {source_path} over {target}: {e.strerror}") from None
 
@@ -172,7 +185,7 @@ def _not_a_directory(target: str) -> tuple[str, int] | None:
     return None
 
 
-def _bind_site(source_fd: int, source_path: str, target: str, extra: int) -> None:
+def _bind_site(source_fd: int, source_path: str, target: str, options: tuple[str, ...]) -> None:
     fd = _open_site_target(target, source_path)
     try:
         libc.mount(f"/proc/self/fd/{source_fd}", f"/proc/self/fd/{fd}", None, libc.MS_BIND)
@@ -192,15 +205,13 @@ def _bind_site(source_fd: int, source_path: str, target: str, extra: int) -> Non
                     "while binding (jobns doctor names the directory that lets a user "
                     "do that)"
                 )
-            flags = libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | extra
-            vfs = os.fstatvfs(top)
-            for st_bit, ms_bit in _KEEP:
-                if vfs.f_flag & st_bit:
-                    flags |= ms_bit
             try:
-                libc.mount(None, f"/proc/self/fd/{top}", None, flags)
+                libc.mount(
+                    None, f"/proc/self/fd/{top}", None, remount_flags(os.fstatvfs(top), options)
+                )
             except OSError as e:
-                raise JobnsError(f"make {target} {','.join(_names(flags))}: {e.strerror}") from None
+                names = ",".join(("nosuid", "nodev", *options))
+                raise JobnsError(f"make {target} {names}: {e.strerror}") from None
         finally:
             os.close(top)
     except BaseException:
@@ -211,11 +222,6 @@ def _bind_site(source_fd: int, source_path: str, target: str, extra: int) -> Non
         raise
     finally:
         os.close(fd)
-
-
-def _names(flags: int) -> list[str]:
-    names = ["nosuid", "nodev"]
-    return names + [o for o, bit in sorted(OPTION_FLAGS.items()) if flags & bit]
 
 
 def apply_binds(
