@@ -198,13 +198,11 @@ def test_sigkill_of_setup_at_each_step_then_recover_or_gc(
 ) -> None:
     alice = users[0]
     base = disk_config(sandbox)
-    proc = sandbox.popen(
+    killed_at(
+        sandbox,
         ["setup", "--job-id", "d7", "--user", alice.name, "--directives", "tmp capacity=64MiB"],
-        env={"JOBNS_TEST_PAUSE_IN": step},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        step,
     )
-    _kill_when_stopped(proc)
     if then == "recover":
         r = sandbox.run(["recover"])
         assert r.returncode == 0, r.stderr
@@ -235,13 +233,7 @@ def test_sigkill_of_teardown_at_each_step_then_teardown_or_gc(
 ) -> None:
     base = disk_config(sandbox)
     assert setup(sandbox, "d8", users[0], "tmp capacity=64MiB").returncode == 0
-    proc = sandbox.popen(
-        ["teardown", "--job-id", "d8"],
-        env={"JOBNS_TEST_PAUSE_IN": step},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    _kill_when_stopped(proc)
+    killed_at(sandbox, ["teardown", "--job-id", "d8"], step)
     r = sandbox.run(["teardown", "--job-id", "d8"] if then == "teardown" else ["gc", "--no-slurm"])
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert_nothing_left(sandbox, base)
@@ -278,6 +270,14 @@ def test_gc_reclaims_images_and_loop_mounts_no_record_names(
     assert sandbox.run(["teardown", "--job-id", "d9"]).returncode == 0
     point.rmdir()
     assert_nothing_left(sandbox, base)
+
+
+def killed_at(box: Sandbox, args: list[str], step: str) -> None:
+    """Run jobns args with a pause point at step, and SIGKILL it there."""
+    proc = box.popen(
+        args, env={"JOBNS_TEST_PAUSE_IN": step}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _kill_when_stopped(proc)
 
 
 def _kill_when_stopped(proc: subprocess.Popen[str]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import OsUser, Sandbox, job_mounts
-from tests.integration.test_disk_capacity import _kill_when_stopped, free_bytes, loops_under
+from tests.integration.test_disk_capacity import free_bytes, killed_at, loops_under
 
 pytestmark = pytest.mark.root
 
@@ -270,13 +270,7 @@ def test_sigkill_of_setup_then_recover_teardown_or_gc_leaves_nothing(
 ) -> None:
     alice = users[0]
     box = dirs.box
-    proc = box.popen(
-        ["setup", "--job-id", "k1", "--user", alice.name],
-        env={"JOBNS_TEST_PAUSE_IN": step},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    _kill_when_stopped(proc)
+    killed_at(box, ["setup", "--job-id", "k1", "--user", alice.name], step)
     if then == "recover":
         r = box.run(["recover"])
         assert r.returncode == 0 and "running" in r.stdout, (r.stdout, r.stderr)
@@ -298,13 +292,7 @@ def test_sigkill_of_teardown_then_teardown_again(
 ) -> None:
     box = dirs.box
     assert setup(box, "k2", users[0]).returncode == 0
-    proc = box.popen(
-        ["teardown", "--job-id", "k2"],
-        env={"JOBNS_TEST_PAUSE_IN": step},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    _kill_when_stopped(proc)
+    killed_at(box, ["teardown", "--job-id", "k2"], step)
     r = box.run(["teardown", "--job-id", "k2"])
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert dirs.left() == []
