@@ -35,6 +35,7 @@ NETWORK_FS = {
 }
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_CDI_DIR = "/etc/cdi"
+DEFAULT_SLURMD_PID_FILE = "/var/run/slurmd.pid"  # Slurm's default SlurmdPidFile
 
 Finding = tuple[str, str]
 
@@ -420,6 +421,8 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
         )
     plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
     out += spank(plugstack, enforce)
+    pid_file = values.get("slurmdpidfile", DEFAULT_SLURMD_PID_FILE)
+    out += spank_build(plugstack, enforce, slurmd_pid_file=pid_file)
     return out
 
 
@@ -439,10 +442,9 @@ def _runs(path: str, sub: str) -> bool:
     return "jobns" in text and (f" {sub}" in text or "launcher.cli" in text)
 
 
-def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
-    """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
-    includes): the plugin must exist, and the config must say [slurm] enforce = true
-    (and only then). None is a note (the prolog pair suffices)."""
+def spank_plugins(plugstack: str) -> list[str]:
+    """The jobns SPANK plugins (`required|optional /path/jobns*.so`) that plugstack.conf,
+    or a file it includes, names."""
     import glob
 
     lines: list[str] = []
@@ -464,7 +466,14 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 pending += sorted(glob.glob(words[1]))
             elif len(words) >= 2 and words[0] in ("required", "optional"):
                 lines.append(line)
-    plugins = [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith("jobns")]
+    return [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith("jobns")]
+
+
+def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
+    """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
+    includes): the plugin must exist, and the config must say [slurm] enforce = true
+    (and only then). None is a note (the prolog pair suffices)."""
+    plugins = spank_plugins(plugstack)
     if not plugins:
         if enforce:
             return [
@@ -506,6 +515,154 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 )
             )
     return out
+
+
+def spank_build(
+    plugstack: str,
+    enforce: bool,
+    slurm_version: str | None = None,
+    slurmd_pid_file: str = DEFAULT_SLURMD_PID_FILE,
+) -> list[Finding]:
+    """Each jobns SPANK plugin was built for the Slurm this node runs, and the running
+    slurmd loaded it. Slurm loads a plugin only into the major.minor release whose
+    headers built it (its `plugin_version` symbol, SLURM_VERSION_NUMBER): another one
+    is refused ("Incompatible Slurm plugin version"): a `required` line then keeps
+    slurmd from starting, an `optional` one lets jobs run outside their namespaces.
+    slurm_version: `slurmd -V`'s (asked when None)."""
+    plugins = [so for so in spank_plugins(plugstack) if os.path.isfile(so)]
+    if not plugins:
+        return []  # spank() says whether that is a problem
+    version = slurm_version if slurm_version is not None else _slurmd_version()
+    running = _slurmd_maps(slurmd_pid_file)
+    out: list[Finding] = []
+    for so in plugins:
+        built = _plugin_version(so)
+        rebuild = (
+            f"fix: rebuild it against this node's Slurm headers (apt-get install gcc "
+            f"libslurm-dev; ci/build-spank --output {so}), then restart slurmd"
+        )
+        if built is None:
+            out.append(
+                (
+                    PROBLEM,
+                    f"SPANK plugin {so} has no plugin_version symbol: not a SPANK plugin "
+                    f"Slurm can load; {rebuild}",
+                )
+            )
+        elif not version:
+            out.append(
+                (
+                    NOTE,
+                    f"SPANK plugin {so} was built for Slurm {built}; this node's Slurm is "
+                    f"unknown (no slurmd -V): it loads only into Slurm {built}",
+                )
+            )
+        elif built.split(".")[:2] != version.split(".")[:2]:
+            out.append(
+                (
+                    PROBLEM,
+                    f"SPANK plugin {so} was built for Slurm {built}, but this node runs "
+                    f"Slurm {version}: slurmd refuses it (a 'required' line keeps slurmd "
+                    "from starting, an 'optional' one runs jobs outside their namespaces); "
+                    f"{rebuild}",
+                )
+            )
+        else:
+            out.append((OK, f"SPANK plugin {so} was built for Slurm {built} (node: {version})"))
+        if running is None:
+            continue
+        pid, maps = running
+        if os.path.realpath(so) not in maps and enforce:
+            out.append(
+                (
+                    PROBLEM,
+                    f"the running slurmd (pid {pid}) has not loaded {so}: with [slurm] "
+                    "enforce = true this node's jobs get namespaces no task enters (an "
+                    "'optional' line that failed to load, or slurmd older than the line); "
+                    "fix: see slurmd's log for the reason, make it 'required', restart slurmd",
+                )
+            )
+        elif os.path.realpath(so) in maps:
+            out.append((OK, f"the running slurmd (pid {pid}) has loaded {so}"))
+    return out
+
+
+def _slurmd_version() -> str:
+    """The Slurm release of this node's slurmd ("22.05.8"), or "" if there is none."""
+    import shutil
+    import subprocess
+
+    slurmd = shutil.which("slurmd") or "/usr/sbin/slurmd"
+    try:
+        r = subprocess.run([slurmd, "-V"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = r.stdout.split()
+    return words[-1] if r.returncode == 0 and words else ""
+
+
+def _slurmd_maps(pid_file: str) -> tuple[int, set[str]] | None:
+    """(pid, the files mapped in it) of the slurmd running now; None if none runs."""
+    try:
+        with open(pid_file) as f:
+            pid = int(f.read().split()[0])
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() != "slurmd":
+                return None
+        with open(f"/proc/{pid}/maps") as f:
+            return pid, {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5}
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# ELF constants (elf(5)): the class and byte order in e_ident, section types
+ELFCLASS64, ELFDATA2MSB, SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 2, 2, 2, 11, 8
+
+
+def _plugin_version(path: str) -> str | None:
+    """`plugin_version` of a Slurm plugin ("22.05.8"), read from the ELF file without
+    loading it (loading runs its constructors, as root); None if it has no such symbol."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64 << 20)
+        if data[:4] != b"\x7fELF":
+            return None
+        end = ">" if data[5] == ELFDATA2MSB else "<"
+        wide = data[4] == ELFCLASS64
+        # e_shoff, then e_shentsize, e_shnum (ELF64 / ELF32 offsets)
+        shoff = struct.unpack_from(end + ("Q" if wide else "I"), data, 0x28 if wide else 0x20)[0]
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A if wide else 0x2E)
+        shdr = end + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        # (type, addr, offset, size, link, entsize) of each section
+        sections = [
+            tuple(
+                struct.unpack_from(shdr, data, shoff + i * shentsize)[j] for j in (1, 3, 4, 5, 6, 9)
+            )
+            for i in range(shnum)
+        ]
+        sym = end + ("IBBHQQ" if wide else "IIIBBH")
+        for kind, _addr, offset, size, link, entsize in sections:
+            if kind not in (SHT_DYNSYM, SHT_SYMTAB) or not entsize:
+                continue
+            strtab = sections[link][2]
+            for at in range(offset, offset + size, entsize):
+                fields = struct.unpack_from(sym, data, at)
+                name, shndx, value = (
+                    (fields[0], fields[3], fields[4]) if wide else (fields[0], fields[5], fields[1])
+                )
+                end_of_name = data.index(b"\0", strtab + name)
+                if data[strtab + name : end_of_name] != b"plugin_version":
+                    continue
+                if not 0 < shndx < len(sections) or sections[shndx][0] == SHT_NOBITS:
+                    return None
+                where = sections[shndx][2] + value - sections[shndx][1]
+                number = struct.unpack_from(end + "I", data, where)[0]
+                return f"{number >> 16 & 0xFF}.{number >> 8 & 0xFF:02d}.{number & 0xFF}"
+    except (OSError, struct.error, IndexError, ValueError):
+        return None
+    return None
 
 
 def cdi(directory: str, configured: bool = False) -> list[Finding]:

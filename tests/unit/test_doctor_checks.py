@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from jobns.launcher import doctor
 
@@ -91,3 +95,47 @@ def test_spank_plugin_named_but_missing(tmp_path: Path) -> None:
     # enforce without the plugin: no task would enter the job's (root's) namespace.
     (found,) = doctor.spank(str(stack), enforce=True)
     assert found[0] == "problem" and "enforce" in found[1]
+
+
+def built_plugin(tmp_path: Path, version: int) -> Path:
+    """A shared object with the symbols SPANK_PLUGIN() defines, plugin_version as the
+    headers of Slurm `version` (SLURM_VERSION_NUMBER, 0xMMmmpp) would set it."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed (ci/build-spank installs it)")
+    src = tmp_path / "plugin.c"
+    src.write_text(
+        'const char plugin_name[] = "jobns";\nconst char plugin_type[] = "spank";\n'
+        f"const unsigned int plugin_version = {version:#x};\n"
+        "const unsigned int spank_plugin_version = 1;\n"
+    )
+    so = tmp_path / "jobns_spank.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(so), str(src)], check=True)
+    return so
+
+
+def test_a_plugin_built_for_another_slurm_is_a_problem_naming_the_rebuild(
+    tmp_path: Path,
+) -> None:
+    so = built_plugin(tmp_path, 0x160508)  # 22.05.8, Debian bookworm's
+    stack = tmp_path / "plugstack.conf"
+    stack.write_text(f"required {so}\n")
+    nowhere = str(tmp_path / "slurmd.pid")  # no slurmd runs: only the build is checked
+    (found,) = doctor.spank_build(str(stack), True, "22.05.8", nowhere)
+    assert found[0] == "ok" and "built for Slurm 22.05.8" in found[1]
+    (found,) = doctor.spank_build(str(stack), True, "26.05.5", nowhere)
+    assert found[0] == "problem", found
+    for needle in (
+        "built for Slurm 22.05.8",
+        "runs Slurm 26.05.5",
+        f"ci/build-spank --output {so}",
+    ):
+        assert needle in found[1], found
+    (found,) = doctor.spank_build(str(stack), True, "", nowhere)
+    assert found[0] == "note" and "22.05.8" in found[1]
+    # Not a plugin at all (or stripped of its symbols): Slurm cannot load it either.
+    so.write_bytes(b"\x7fELF" + bytes(60))
+    (found,) = doctor.spank_build(str(stack), True, "22.05.8", nowhere)
+    assert found[0] == "problem" and "no plugin_version" in found[1]
+    stack.write_text("")
+    assert doctor.spank_build(str(stack), True, "22.05.8", nowhere) == []
