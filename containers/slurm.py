@@ -147,15 +147,18 @@ class SlurmCluster:
             },
         )
         self.files = dict(files or {})
+        self.configured = False
         self.timings: dict[str, float] = {}
 
     @property
     def members(self) -> list[Node]:
         return [self.controller, *self.computes]
 
-    def start(self, timeout: float = 60) -> None:
-        """Write slurm.conf everywhere, start munged, slurmctld, slurmd; wait until idle."""
-        t0 = time.monotonic()
+    def configure(self) -> None:
+        """Everything start() does before the Slurm daemons: slurm.conf, `files`, munged,
+        jobns's prolog/epilog, plugstack.conf and `[slurm] enforce` (once)."""
+        if self.configured:
+            return
         for n in self.members:
             n.put_file(CONF, self.conf)
             for path, text in self.files.items():
@@ -175,6 +178,12 @@ class SlurmCluster:
         self.controller.exec(["install", "-d", "-m", "1777", WORK]).check(
             f"create {WORK} on the shared volume"
         )
+        self.configured = True
+
+    def start(self, timeout: float = 60) -> None:
+        """Write slurm.conf everywhere, start munged, slurmctld, slurmd; wait until idle."""
+        t0 = time.monotonic()
+        self.configure()
         self.controller.exec(["slurmctld"]).check(f"start slurmctld on {self.controller.hostname}")
         for n in self.computes:
             n.exec(["slurmd"]).check(f"start slurmd on {n.hostname}")

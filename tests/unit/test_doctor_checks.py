@@ -120,10 +120,9 @@ def test_a_plugin_built_for_another_slurm_is_a_problem_naming_the_rebuild(
     so = built_plugin(tmp_path, 0x160508)  # 22.05.8, Debian bookworm's
     stack = tmp_path / "plugstack.conf"
     stack.write_text(f"required {so}\n")
-    nowhere = str(tmp_path / "slurmd.pid")  # no slurmd runs: only the build is checked
-    (found,) = doctor.spank_build(str(stack), True, "22.05.8", nowhere)
+    (found,) = doctor.spank_build(str(stack), True, "22.05.8")
     assert found[0] == "ok" and "built for Slurm 22.05.8" in found[1]
-    (found,) = doctor.spank_build(str(stack), True, "26.05.5", nowhere)
+    (found,) = doctor.spank_build(str(stack), True, "26.05.5")
     assert found[0] == "problem", found
     for needle in (
         "built for Slurm 22.05.8",
@@ -131,11 +130,22 @@ def test_a_plugin_built_for_another_slurm_is_a_problem_naming_the_rebuild(
         f"ci/build-spank --output {so}",
     ):
         assert needle in found[1], found
-    (found,) = doctor.spank_build(str(stack), True, "", nowhere)
+    (found,) = doctor.spank_build(str(stack), True, "")
     assert found[0] == "note" and "22.05.8" in found[1]
     # Not a plugin at all (or stripped of its symbols): Slurm cannot load it either.
     so.write_bytes(b"\x7fELF" + bytes(60))
-    (found,) = doctor.spank_build(str(stack), True, "22.05.8", nowhere)
+    (found,) = doctor.spank_build(str(stack), True, "22.05.8")
     assert found[0] == "problem" and "no plugin_version" in found[1]
     stack.write_text("")
-    assert doctor.spank_build(str(stack), True, "22.05.8", nowhere) == []
+    assert doctor.spank_build(str(stack), True, "22.05.8") == []
+
+
+def test_an_optional_plugin_where_jobs_are_enforced_is_a_problem(tmp_path: Path) -> None:
+    so = built_plugin(tmp_path, 0x1A0505)  # 26.05.5
+    stack = tmp_path / "plugstack.conf"
+    stack.write_text(f"optional {so}\n")
+    optional, built = doctor.spank_build(str(stack), True, "26.05.5")
+    assert optional[0] == "problem" and "'required'" in optional[1], optional
+    assert built[0] == "ok"
+    # Without enforcement the plugin is not wanted at all: spank() says so, not this.
+    assert kinds(doctor.spank_build(str(stack), False, "26.05.5")) == ["ok"]
