@@ -418,7 +418,7 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
                 "private /tmp then sits under jobns's",
             )
         )
-    plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
+    plugstack = plugstack_of(conf, values)
     out += spank(plugstack, enforce)
     out += spank_build(plugstack, enforce)
     return out
@@ -576,6 +576,25 @@ def spank_build(plugstack: str, enforce: bool, slurm_version: str | None = None)
     return out
 
 
+def plugstack_of(conf: str, values: dict[str, str]) -> str:
+    """The plugstack.conf slurm.conf names (PlugStackConfig=), else the one beside it."""
+    return values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
+
+
+def enforcement_problems(conf: str) -> list[str]:
+    """For `jobns status` on a node whose config says [slurm] enforce = true: what keeps
+    its jobs from being enforced (the plugin not named, missing, `optional`, or built
+    for another Slurm), as doctor's problem texts; [] when all is well or there is no
+    slurm.conf to read."""
+    try:
+        values = slurm_conf_values(conf)
+    except OSError:
+        return []
+    plugstack = plugstack_of(conf, values)
+    found = spank(plugstack, True) + spank_build(plugstack, True)
+    return [text for kind, text in found if kind == PROBLEM]
+
+
 def _slurmd_version() -> str:
     """The Slurm release of this node's slurmd ("22.05.8"), or "" if there is none."""
     import shutil
@@ -707,12 +726,17 @@ def check(
     return found
 
 
+def slurm_conf_path(given: object = None) -> str:
+    """--slurm-conf, else $SLURM_CONF, else /etc/slurm/slurm.conf."""
+    return str(given or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+
+
 def main(opts: Options, _command: list[str]) -> int:
     from jobns.launcher.lifecycle import require_root
 
     require_root("doctor")
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
-    slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+    slurm_conf = slurm_conf_path(opts.get("slurm_conf"))
     from jobns.launcher.cdi import settings
 
     cdi_conf = settings(config)

@@ -4,7 +4,8 @@ bookworm's node image) on a 26.05 node (forky's), as after `apt upgrade` without
 Measured here, and what README "Upgrading Slurm" says: `jobns doctor` names the mismatch
 and the rebuild; with the plugin `required` (ci/slurm/plugstack.conf) slurmd refuses to
 start, so the node runs nothing; with `optional` slurmd starts and every job runs outside
-its namespace without a word (doctor calls that line a problem); rebuilding the plugin
+its namespace without a word from Slurm (doctor calls that line a problem, and `jobns
+status` warns that the node's jobs are not enforced); rebuilding the plugin
 with ci/build-spank and restarting slurmd enforces again.
 """
 
@@ -59,6 +60,11 @@ def doctor(node: Node) -> list[str]:
     return [ln for ln in r.stdout.splitlines() if "built for Slurm" in ln or "'optional'" in ln]
 
 
+def status_warnings(node: Node) -> list[str]:
+    r = node.exec(["jobns", "status"]).check("jobns status")
+    return [ln for ln in r.stderr.splitlines() if "jobs are not enforced" in ln]
+
+
 def slurmd_running(node: Node) -> bool:
     return node.exec(["pgrep", "-x", "slurmd"]).exit_code == 0
 
@@ -108,12 +114,15 @@ def test_a_plugin_built_for_another_slurm_is_caught_and_rebuilt(upgraded: SlurmC
     lines = doctor(node)
     assert len(lines) == 2 and all(ln.startswith("problem: ") for ln in lines), lines
     assert "'optional' while [slurm] enforce = true" in lines[0], lines
+    warned = status_warnings(node)  # jobns status says so too
+    assert len(warned) == 2 and "'optional'" in warned[0] and "22.05" in warned[1], warned
 
     # 4. The upgrade procedure: rebuild against the installed Slurm, `required`, restart.
     node.sh(f"sed -i 's/^optional /required /' {PLUGSTACK}").check("make it required")
     node.exec([f"{SRC_DIR}/ci/build-spank", "--output", SPANK_PLUGIN]).check("ci/build-spank")
     (line,) = doctor(node)
     assert line.startswith("ok: SPANK plugin") and f"built for Slurm {version}" in line, line
+    assert status_warnings(node) == []
     restart_slurmd(upgraded, node)
     task, own = task_namespace(upgraded, node)
     assert task != own  # enforced: the job's namespace

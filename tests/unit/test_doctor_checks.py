@@ -149,3 +149,17 @@ def test_an_optional_plugin_where_jobs_are_enforced_is_a_problem(tmp_path: Path)
     assert built[0] == "ok"
     # Without enforcement the plugin is not wanted at all: spank() says so, not this.
     assert kinds(doctor.spank_build(str(stack), False, "26.05.5")) == ["ok"]
+
+
+def test_enforcement_problems_for_status(tmp_path: Path) -> None:
+    """What `jobns status` warns about on a node with [slurm] enforce = true."""
+    conf = tmp_path / "slurm.conf"
+    stack = tmp_path / "stack.conf"
+    conf.write_text(f"PlugStackConfig={stack}\n")
+    stack.write_text("")
+    (problem,) = doctor.enforcement_problems(str(conf))
+    assert "loads no jobns SPANK plugin" in problem
+    so = built_plugin(tmp_path, 0x1A0505)
+    stack.write_text(f"optional {so}\n")
+    assert any("'optional'" in p for p in doctor.enforcement_problems(str(conf)))
+    assert doctor.enforcement_problems(str(tmp_path / "none.conf")) == []
