@@ -303,7 +303,9 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
                     f"{mode:04o}) and holds the disk images; fix: chmod go-w {d.base}",
                 )
             ]
-    if fs_type(d.base) in NETWORK_FS:
+    if d.backing == "disk":
+        found += image_fs(f"[[dirs]] base {d.base} of {d.path}", d.base)
+    elif fs_type(d.base) in NETWORK_FS:
         found.append(
             (
                 PROBLEM,
@@ -312,6 +314,62 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
             )
         )
     return out + found
+
+
+def image_fs(what: str, path: str) -> list[Finding]:
+    """Disk images belong on a local disk: not a network file system (every job's I/O
+    would cross the network, and the node cap would count another node's space), not
+    tmpfs (the image would be memory: tmp_backing = "tmpfs" does that directly)."""
+    kind = fs_type(path)
+    if kind in NETWORK_FS:
+        return [(PROBLEM, f"{what} is on {kind}, a network file system; fix: a local disk")]
+    if kind in ("tmpfs", "ramfs"):
+        return [
+            (
+                PROBLEM,
+                f"{what} is on {kind}: its disk images would take memory; fix: a "
+                'local disk (or tmp_backing = "tmpfs")',
+            )
+        ]
+    return []
+
+
+def scratch_base(config: config_mod.Config) -> list[Finding]:
+    """[capacity] scratch_base, where disk capacities' images live: root's, writable by
+    root only (then no user can name, squat or swap an image), on a local disk. Others
+    may read it: nothing of jobns's waits for a lock there (launcher.diskimage keeps its
+    lock in state_dir), and the images themselves are root's 0600."""
+    if config.capacity.get("tmp_backing") != "disk":
+        return []
+    from jobns.launcher.diskimage import base_of
+
+    path = base_of(config)
+    what = f"[capacity] scratch_base {path}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(path.rstrip("/")) or "/"
+        return image_fs(what, parent) or [
+            (OK, f"{what}: made (root's, 0700) by the first disk capacity")
+        ]
+    except OSError as e:
+        return [(PROBLEM, f"{what}: {e.strerror}; fix: mkdir -m 0700 {path}")]
+    if not stat.S_ISDIR(st.st_mode):
+        return [(PROBLEM, f"{what} is not a directory (a symlink?); fix: mkdir -m 0700 {path}")]
+    mode = stat.S_IMODE(st.st_mode)
+    out: list[Finding] = []
+    if st.st_uid != 0:
+        out.append((PROBLEM, f"{what} belongs to uid {st.st_uid}; fix: chown root {path}"))
+    if mode & 0o022:
+        out.append(
+            (
+                PROBLEM,
+                f"{what} is writable by others (mode {mode:04o}): anyone could plant or "
+                f"swap an image; fix: chmod go-w {path}",
+            )
+        )
+    out += image_fs(what, path) + path_guarded(path, what)
+    return out or [(OK, f"{what}: root's, mode {mode:04o}, {fs_type(path)}")]
 
 
 def path_guarded(path: str, what: str) -> list[Finding]:
@@ -567,6 +625,7 @@ def check(
     found += state_dir(config.state_dir)
     for role in ("local_base", "shm_base", "shared_base"):
         found += base(role, str(getattr(config, role)))
+    found += scratch_base(config)
     for d in config.dirs:
         found += extra_dir(d)
     found += propagation()

@@ -6,6 +6,9 @@ teardown that was interrupted, i.e. its record says so and nobody holds its lock
 A dead job gets the rest of its epilog by state (launcher.lifecycle.finish: outputs
 are staged out before anything is removed); a job Slurm still runs whose setup or
 epilog was interrupted is recovered by state like `jobns recover` does.
+Disk capacities: images and loop devices of jobs with no record (launcher.diskimage);
+a loop device a process outside a finished job still holds is named (a warning), since
+it counts in the node cap until that process ends.
 Also swept: job trees in the bases with no record and no running task (a node
 crash or reboot loses /run), temporary trees older than an hour, and trees teardown
 sealed and retired (<name>~removing-*, root's) because a writer outside the job kept
@@ -335,8 +338,11 @@ def main(opts: Options, _command: list[str]) -> int:
     # devices, images; before the trees, so a mount on one is released properly.
     from jobns.launcher import diskimage
 
-    for note in diskimage.sweep(config, set(state.list_jobs(config.state_dir)), dry):
+    for note in diskimage.sweep(config, lambda: set(state.list_jobs(config.state_dir)), dry):
         say(note, dry=dry)
+    # Held by a process outside a finished job: nothing gc may take, so a warning each.
+    for entry in diskimage.stale(config):
+        say(f"jobns gc: warning: {diskimage.stale_line(entry)}", level="warning", dry=dry)
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
         summary["leftovers"] += 1

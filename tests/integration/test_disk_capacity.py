@@ -393,3 +393,34 @@ def test_a_held_file_system_does_not_stop_teardown_and_is_shut_down(
         holder.kill()
         holder.wait()
     assert_nothing_left(sandbox, base)
+
+
+@pytest.mark.parametrize(("fstype", "too_small"), [("ext4", 60 * 1024), ("xfs", 300 * MI - 4096)])
+def test_the_file_system_minimums_hold_for_this_mkfs(
+    tmp_path: Path, fstype: str, too_small: int
+) -> None:
+    """launcher.config.FS_MIN_BYTES against the real mkfs, with make_fs's options: the
+    minimum is made (and mounts, with room for the job's directories); below the real
+    limit mkfs fails, which is why setup rounds a smaller request up."""
+    from jobns.launcher import diskimage
+    from jobns.launcher.config import FS_MIN_BYTES
+    from jobns.launcher.errors import JobnsError
+
+    image = tmp_path / "x.img"
+    image.touch()
+    os.truncate(image, too_small)
+    with pytest.raises(JobnsError, match=f"mkfs.{fstype}") as e:
+        diskimage.make_fs(str(image), fstype, 0, 0)
+    assert "\n" not in str(e.value)  # one line, not mkfs.xfs's usage text
+    os.truncate(image, FS_MIN_BYTES[fstype])
+    diskimage.make_fs(str(image), fstype, 0, 0)
+    point = tmp_path / "m"
+    point.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(point)], check=True)
+    try:
+        for d in ("tmp", "var_tmp", "tmp/pmix", "tmp/pmix/a", "tmp/pmix/b"):
+            (point / d).mkdir()
+        (point / "tmp" / "f").write_bytes(b"x" * 4096)
+        assert os.statvfs(point).f_favail >= 50
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
