@@ -157,6 +157,7 @@ class Config:
         "raw",
         "shared_base",
         "shm_base",
+        "slurm_bin",
         "source",
         "staging",
         "state_dir",
@@ -192,6 +193,8 @@ class Config:
         # [slurm] enforce: the site's SPANK plugin puts every task in the job's namespace,
         # so the prolog makes that namespace root's (README "Enforced by Slurm").
         self.enforce = _section(raw, "slurm").get("enforce", False) is True
+        # Where Slurm's commands are, if not in root's fixed directories (launcher.sysprog).
+        self.slurm_bin = str(_section(raw, "slurm").get("bin_dir", ""))
 
 
 def config_path(flag: str | None, environ: dict[str, str]) -> tuple[str | None, bool]:

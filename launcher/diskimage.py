@@ -59,7 +59,7 @@ import stat
 import subprocess
 from typing import TYPE_CHECKING
 
-from jobns.launcher import fs, libc, loop, mountinfo, state
+from jobns.launcher import fs, libc, loop, mountinfo, state, sysprog
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.plan import TOP_MODE
 
@@ -318,13 +318,17 @@ def make_fs(path: str, fstype: str, uid: int, gid: int) -> None:
             path,
         ]
     try:
+        # Never through PATH: slurmd gives its prolog none (launcher.sysprog).
         r = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+            sysprog.argv(cmd),
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env=sysprog.environment(),
         )
     except OSError as e:
-        raise JobnsError(
-            f"run {cmd[0]}: {e.strerror}; install {'xfsprogs' if fstype == 'xfs' else 'e2fsprogs'}"
-        ) from None
+        raise JobnsError(f"run {cmd[0]}: {e.strerror}") from None
     if r.returncode != 0:
         # One line (mkfs.xfs follows its reason with its whole usage text).
         why = r.stderr.strip().splitlines()[0] if r.stderr.strip() else f"exit {r.returncode}"

@@ -401,6 +401,164 @@ def path_guarded(path: str, what: str) -> list[Finding]:
     return out
 
 
+def reachable(what: str, path: str, enforce: bool) -> list[Finding]:
+    """In the voluntary mode the namespace holder (launcher.pins), already the job user,
+    opens each base by its path again (launcher.fs.reopen: open(base, O_RDONLY) needs
+    search on every directory above the base and read on it, then the job's tree is
+    looked up in it: search on the base). A base only root may enter fails every job's
+    prolog ("open ... base: Permission denied", exit 125) and the node drains. Checked
+    for a user in none of the directories' groups (their "other" bits). With
+    [slurm] enforce root makes the namespace, and nothing is needed."""
+    if enforce or not path or not os.path.isdir(path):
+        return []  # base() already says what is wrong with a missing one
+    real = os.path.realpath(path)
+    # The directories a lookup of path passes: above it as written, and above the real one.
+    walked = [*reversed(_parents(path)), *reversed(_parents(real))]
+    above = dict.fromkeys(os.path.realpath(d) for d in walked)
+    needs = [(d, 0o001, "search") for d in above]
+    for d, bits, how in [*needs, (real, 0o005, "read and search")]:
+        st = os.stat(d)
+        if st.st_mode & bits != bits:
+            fix = f"chmod o+rx {d}" if d == real else f"chmod o+x {d}"
+            return [
+                (
+                    PROBLEM,
+                    f"{what} {path}: an ordinary user may not {how} {d} (uid {st.st_uid}, "
+                    f"mode {stat.S_IMODE(st.st_mode):04o}); without [slurm] enforce the job "
+                    "user opens the base when her namespace is made, so every job's "
+                    f"prolog fails and the node drains; fix: {fix} (or enforce, with the "
+                    "SPANK plugin)",
+                )
+            ]
+    return []
+
+
+def _parents(path: str) -> list[str]:
+    """Every directory above path, nearest first."""
+    out = []
+    while path != "/":
+        path = os.path.dirname(path)
+        out.append(path)
+    return out
+
+
+def disk_programs(config: config_mod.Config) -> list[Finding]:
+    """mkfs.<fs_type> where a disk backing is configured: without it every job with a
+    disk capacity fails its prolog (the node drains)."""
+    from jobns.launcher import diskimage, sysprog
+
+    users = ['[capacity] tmp_backing = "disk"'] if diskimage.backing(config) == "disk" else []
+    users += [f"[[dirs]] {d.path}" for d in config.dirs if d.backing == "disk"]
+    if not users:
+        return []
+    name = f"mkfs.{diskimage.fs_type(config)}"
+    try:
+        return [(OK, f"{name} is {sysprog.find(name)} (for {', '.join(users)})")]
+    except sysprog.NotFound as e:
+        return [(PROBLEM, f"{name} (for {', '.join(users)}): {e.strerror}")]
+
+
+def programs(config: config_mod.Config) -> list[Finding]:
+    """The site's programs: [lifecycle] pre_run/post_run (root runs them: only root may
+    replace them; one that cannot run fails every prolog, and the node drains) and
+    [arc] movetool (the job user runs it; staging fails without it)."""
+    import shlex
+
+    from jobns.launcher import sysprog
+
+    named = [
+        ("[lifecycle] pre_run", config.lifecycle.pre_run, True),
+        ("[lifecycle] post_run", config.lifecycle.post_run, True),
+        ("[arc] movetool", config.arc.movetool if config.arc else "", False),
+    ]
+    out: list[Finding] = []
+    for key, command, as_root in named:
+        if not command:
+            continue
+        try:
+            path = sysprog.find(shlex.split(command)[0])
+        except (ValueError, IndexError):
+            continue  # config.load refused it already
+        except sysprog.NotFound as e:
+            out.append((PROBLEM, f"{key} = {command!r}: {e}; fix: install it, or change {key}"))
+            continue
+        why = sysprog.untrusted(path)
+        if why and (as_root or why in ("missing", "not an executable file")):
+            why = f"{path}: {'no such file' if why == 'missing' else why}"
+            out.append((PROBLEM, f"{key} = {command!r}: {why}; fix: a program of root's"))
+        else:
+            out.append((OK, f"{key}: {path}"))
+    return out
+
+
+def slurm_commands(config: config_mod.Config, conf: str) -> list[Finding]:
+    """Slurm's commands jobns runs, where root finds them (launcher.sysprog, then
+    [slurm] bin_dir first): scontrol for tmp_from_slurm (without it every job gets the
+    site default), squeue for gc on a Slurm node (without it gc judges by records)."""
+    from jobns.launcher import sysprog
+
+    wanted = []
+    if config.capacity.get("tmp_from_slurm") == "scontrol":
+        wanted.append(("scontrol", '[capacity] tmp_from_slurm = "scontrol"', PROBLEM))
+    if os.path.exists(conf):
+        wanted.append(("squeue", "jobns gc", NOTE))
+    out: list[Finding] = []
+    for name, user, kind in wanted:
+        try:
+            out.append((OK, f"{name} is {sysprog.find(name, config.slurm_bin)} (for {user})"))
+        except sysprog.NotFound as e:
+            out.append((kind, f"{user} needs {e}"))
+    return out
+
+
+def scripts_by_name(conf: str) -> list[Finding]:
+    """slurmd runs the Prolog and Epilog with no PATH: a script that runs jobns by a name
+    the shell's default search does not find fails every job (the node drains)."""
+    from jobns.launcher import sysprog
+
+    try:
+        values = slurm_conf_values(conf)
+    except OSError:
+        return []  # slurm() says so
+    out: list[Finding] = []
+    for key in ("prolog", "epilog"):
+        for script in (p.strip() for p in values.get(key, "").split(",") if p.strip()):
+            word = _jobns_word(script)
+            if word is None or word.startswith("/"):
+                continue
+            try:
+                sysprog.find(word)
+            except sysprog.NotFound:
+                out.append(
+                    (
+                        PROBLEM,
+                        f"{key.capitalize()}={script} runs {word!r} by name, but slurmd gives "
+                        "it no PATH; fix: name it by its absolute path (exec "
+                        "/opt/jobns/venv/bin/jobns ...)",
+                    )
+                )
+    return out
+
+
+def _jobns_word(script: str) -> str | None:
+    """The command word that runs jobns in a script (None if none is found)."""
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            text = f.read(65536)
+    except OSError:
+        return None
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        for i, w in enumerate(words):
+            if (
+                os.path.basename(w) == "jobns"
+                and i + 1 < len(words)
+                and words[i + 1] in ("setup", "teardown")
+            ):
+                return w
+    return None
+
+
 def propagation() -> list[Finding]:
     from jobns.launcher.mountinfo import propagation_warning
 
@@ -625,11 +783,17 @@ def check(
     found += state_dir(config.state_dir)
     for role in ("local_base", "shm_base", "shared_base"):
         found += base(role, str(getattr(config, role)))
-    found += scratch_base(config)
+        found += reachable(role, str(getattr(config, role)), config.enforce)
     for d in config.dirs:
         found += extra_dir(d)
+        found += reachable(f"[[dirs]] base of {d.path}:", d.base, config.enforce)
+    found += scratch_base(config)
+    found += disk_programs(config)
+    found += programs(config)
     found += propagation()
     found += slurm(slurm_conf, config.enforce)
+    found += scripts_by_name(slurm_conf)
+    found += slurm_commands(config, slurm_conf)
     found += cdi(cdi_dir, cdi_configured)
     return found
 

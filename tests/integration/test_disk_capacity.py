@@ -296,27 +296,6 @@ def _kill_when_stopped(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
-def test_tmp_size_from_slurm_tmp_through_scontrol(sandbox: Sandbox, users: list[OsUser]) -> None:
-    """With tmp_from_slurm = "scontrol": the job's --tmp (MinTmpDiskNode, MB by default)
-    when it gives no directive; a directive still wins."""
-    base = disk_config(sandbox, 'tmp_from_slurm = "scontrol"\n')
-    bin_dir = sandbox.root / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "scontrol"
-    fake.write_text('#!/bin/sh\necho "JobId=$4 JobName=x MinTmpDiskNode=80M Features=(null)"\n')
-    fake.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
-    r = sandbox.run(["setup", "--job-id", "41", "--user", users[0].name], env=env)
-    assert r.returncode == 0, r.stderr
-    assert (base / "jobns-local-41.img").stat().st_size == 80 * MI
-    r = setup(sandbox, "42", users[0], "tmp capacity=64MiB", env=env)
-    assert r.returncode == 0, r.stderr
-    assert (base / "jobns-local-42.img").stat().st_size == 64 * MI
-    for job in ("41", "42"):
-        assert sandbox.run(["teardown", "--job-id", job]).returncode == 0
-    assert_nothing_left(sandbox, base)
-
-
 def test_shm_size_from_a_fraction_of_the_memory_cgroup(
     sandbox: Sandbox, users: list[OsUser]
 ) -> None:
