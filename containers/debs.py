@@ -1,0 +1,190 @@
+"""The Debian packages of ci/build-deb on rig nodes: build, a local repository of the
+Debian packages they need, an offline install, and a smoke test.
+
+    debs = build(out)                                        # ci/build-deb on this host
+    repo = dependency_repo(client, image, debs, out / "repo", extra=("openssh-server",))
+    with Rig(image, hostnames=["node1"]) as rig:             # a jobns-rig-base image
+        install(rig.node("node1"), debs, repo, extra=("openssh-server",))
+        smoke(rig.node("node1"))                             # RigError on a failure
+
+The repository holds exactly what apt on this host resolves for the image's installed
+packages (its dpkg status): the node installs with no network at all (a rig's network is
+internal), so what jobns needs besides its own two .debs is provably Debian's. That
+needs this host's apt to know the image's suite. For another suite (trixie, forky):
+build inside that suite's image (`ci/build-deb OUTDIR` there, with apt reaching the
+suite's archive), then `install(node, debs, None)`, which uses the image's own apt sources.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from containers.errors import RigError
+from containers.rig import ExecResult, Node
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_DEBS = "/var/tmp/jobns-debs"
+NODE_REPO = "/var/tmp/jobns-repo"
+PACKAGES = ("jobns", "jobns-slurm")
+SMOKE_USER = "jobnssmoke"
+
+
+def build(out: Path) -> list[Path]:
+    """ci/build-deb into out: [jobns_*.deb, jobns-slurm_*.deb]."""
+    r = subprocess.run(
+        [str(REPO / "ci" / "build-deb"), str(out)], capture_output=True, text=True, check=False
+    )
+    if r.returncode != 0:
+        raise RigError(f"ci/build-deb {out}: exit {r.returncode}\n{r.stderr[-4000:]}")
+    return [_one(out, f"{name}_*.deb") for name in PACKAGES]
+
+
+def _one(directory: Path, pattern: str) -> Path:
+    found = sorted(directory.glob(pattern))
+    if len(found) != 1:
+        raise RigError(f"expected one {pattern} in {directory}, found {found}")
+    return found[0]
+
+
+def image_status(client: Any, image: str) -> bytes:
+    """/var/lib/dpkg/status of an image: what is installed there."""
+    out = client.containers.run(
+        image, ["cat", "/var/lib/dpkg/status"], remove=True, network_mode="none"
+    )
+    return bytes(out)
+
+
+def dependency_repo(
+    client: Any, image: str, debs: Sequence[Path], out: Path, extra: Sequence[str] = ()
+) -> Path:
+    """A flat apt repository in out of the Debian packages a node of `image` lacks for
+    `apt-get install debs extra`, resolved and downloaded by this host's apt as if its
+    dpkg status were the image's (nothing of the host's own state is read or changed)."""
+    archives = out / "archives"
+    (archives / "partial").mkdir(parents=True, exist_ok=True)
+    status = out / "status"
+    status.write_bytes(image_status(client, image))
+    opts = [
+        f"-o=Dir::State::status={status}",
+        f"-o=Dir::Cache::archives={archives}/",
+        "-o=Dir::Cache::pkgcache=",
+        "-o=Dir::Cache::srcpkgcache=",
+        "-o=Debug::NoLocking=true",
+        "-o=APT::Install-Recommends=false",
+    ]
+    argv = ["apt-get", "-q", "-y", *opts, "--download-only", "install"]
+    r = subprocess.run(
+        [*argv, *(str(d.resolve()) for d in debs), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise RigError(f"resolve the packages' Debian dependencies: {r.stdout}{r.stderr}")
+    packages = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."],
+        cwd=archives,
+        capture_output=True,
+        check=False,
+    )
+    if packages.returncode != 0:
+        raise RigError(f"dpkg-scanpackages in {archives}: {packages.stderr.decode()}")
+    (archives / "Packages").write_bytes(packages.stdout)
+    return archives
+
+
+def put_files(node: Node, directory: str, files: Sequence[Path]) -> None:
+    """Copy files into one directory of a node (one tar stream)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in files:
+            tar.add(str(f), arcname=f.name)
+    node.exec(["mkdir", "-p", directory]).check(f"mkdir {directory} in {node.hostname}")
+    if not node.container.put_archive(directory, buf.getvalue()):
+        raise RigError(f"copy {len(files)} files to {node.hostname}:{directory}: refused")
+
+
+def install(
+    node: Node, debs: Sequence[Path], repo: Path | None, extra: Sequence[str] = ()
+) -> ExecResult:
+    """`apt-get install ./jobns_*.deb ./jobns-slurm_*.deb [extra]` on a node, as a site
+    does; from the local repository only (no network) when one is given."""
+    put_files(node, NODE_DEBS, list(debs))
+    apt = ["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=120"]
+    if repo is not None:
+        put_files(node, NODE_REPO, sorted(p for p in repo.iterdir() if p.is_file()))
+        node.put_file(f"{NODE_REPO}/local.list", f"deb [trusted=yes] file:{NODE_REPO} ./\n")
+        apt += [
+            "-o",
+            f"Dir::Etc::sourcelist={NODE_REPO}/local.list",
+            "-o",
+            "Dir::Etc::sourceparts=/nonexistent",
+        ]
+    node.exec([*apt, "update"], timeout=300).check(f"apt-get update on {node.hostname}")
+    argv = [
+        *apt,
+        "--no-install-recommends",
+        "install",
+        *(f"{NODE_DEBS}/{d.name}" for d in debs),
+        *extra,
+    ]
+    return node.exec(["env", "DEBIAN_FRONTEND=noninteractive", *argv], timeout=600).check(
+        f"{shlex.join(argv)} on {node.hostname}"
+    )
+
+
+SMOKE = r"""
+set -eu
+fail() { echo "smoke: $*" >&2; exit 1; }
+v=$(jobns --version) || fail "jobns --version failed"
+case $v in "jobns "*) ;; *) fail "jobns --version printed '$v'" ;; esac
+[ "$(command -v jobns)" = /usr/bin/jobns ] || fail "jobns is not /usr/bin/jobns"
+for f in /usr/share/man/man1/jobns.1.gz /usr/share/containers/oci/hooks.d/jobns.json \
+         /etc/jobns/jobns.toml /etc/jobns/slurm/prolog; do
+    [ -e "$f" ] || fail "$f is missing"
+done
+! ls /etc/systemd/system/*.wants/jobns* 2>/dev/null || fail "a jobns unit was enabled"
+id SMOKE_USER >/dev/null 2>&1 || useradd -m -s /bin/sh SMOKE_USER
+printf 'Prolog=/bin/true\n' > /var/tmp/smoke-slurm.conf
+set +e
+jobns doctor --slurm-conf /var/tmp/smoke-slurm.conf > /var/tmp/doctor.out 2>&1
+rc=$?
+set -e
+cat /var/tmp/doctor.out
+[ $rc = 0 ] || [ $rc = 125 ] || fail "jobns doctor exited $rc"
+grep -q '^jobns doctor: ' /var/tmp/doctor.out || fail "jobns doctor printed no verdict"
+grep -q 'make it exec /usr/bin/jobns setup' /var/tmp/doctor.out \
+    || fail "jobns doctor's hint does not name /usr/bin/jobns"
+! grep -qi 'traceback\|internal error' /var/tmp/doctor.out || fail "jobns doctor crashed"
+jobns setup --job-id 4242 --user SMOKE_USER
+out=$(su SMOKE_USER -s /bin/sh -c 'jobns run --job-id 4242 -- sh -c "echo smoke > /tmp/f; cat /tmp/f; echo \$TMPDIR; ls /dev/shm | wc -l"')
+[ "$out" = "$(printf 'smoke\n/tmp\n0')" ] || fail "jobns run printed '$out'"
+[ -d /tmp/job-4242 ] || fail "no /tmp/job-4242 while the job is set up"
+jobns teardown --job-id 4242
+[ ! -e /tmp/job-4242 ] && [ ! -e /dev/shm/job-4242 ] || fail "teardown left the job's trees"
+echo smoke: ok
+""".replace("SMOKE_USER", SMOKE_USER)
+
+
+def smoke(node: Node) -> str:
+    """The installed packages work on a node: jobns --version, jobns doctor (and its
+    hints name /usr/bin/jobns), a job set up, run as an ordinary user and torn down.
+    Returns the output; RigError with it on a failure."""
+    r = node.exec(["sh", "-c", SMOKE], timeout=120)
+    if r.exit_code != 0:
+        raise RigError(f"package smoke test on {node.hostname}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def local_file(data: bytes, name: str) -> Path:
+    """A file holding data in a fresh temporary directory (for put_files)."""
+    path = Path(tempfile.mkdtemp(prefix="jobns-debs-")) / name
+    path.write_bytes(data)
+    return path
