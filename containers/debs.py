@@ -164,7 +164,8 @@ grep -q 'make it exec /usr/bin/jobns setup' /var/tmp/doctor.out \
     || fail "jobns doctor's hint does not name /usr/bin/jobns"
 ! grep -qi 'traceback\|internal error' /var/tmp/doctor.out || fail "jobns doctor crashed"
 jobns setup --job-id 4242 --user SMOKE_USER
-out=$(su SMOKE_USER -s /bin/sh -c 'jobns run --job-id 4242 -- sh -c "echo smoke > /tmp/f; cat /tmp/f; echo \$TMPDIR; ls /dev/shm | wc -l"')
+task='echo smoke > /tmp/f; cat /tmp/f; echo $TMPDIR; ls /dev/shm | wc -l'
+out=$(su SMOKE_USER -s /bin/sh -c "jobns run --job-id 4242 -- sh -c '$task'")
 [ "$out" = "$(printf 'smoke\n/tmp\n0')" ] || fail "jobns run printed '$out'"
 [ -d /tmp/job-4242 ] || fail "no /tmp/job-4242 while the job is set up"
 jobns teardown --job-id 4242

@@ -9,6 +9,7 @@ directory lives.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import stat
 import sys
@@ -56,8 +57,6 @@ def installed_spank_plugin() -> str:
     /opt/jobns/lib."""
     if not sys.executable.startswith("/usr/"):
         return f"/opt/jobns/lib/{SPANK_PLUGIN}"
-    import glob
-
     found = sorted(glob.glob(f"/usr/lib/*/slurm-wlm/{SPANK_PLUGIN}"))
     return found[0] if found else f"/usr/lib/<multiarch>/slurm-wlm/{SPANK_PLUGIN}"
 
@@ -602,8 +601,6 @@ def sshd_pam(path: str, slurm_values: dict[str, str]) -> list[Finding]:
         )
     else:
         out.append((OK, f"{path}: pam_jobns follows pam_slurm_adopt (account, session)"))
-    import glob
-
     if (
         not any(glob.glob(f"{d}/{PAM_MODULE}") for d in ("/usr/lib/*/security", "/lib/*/security"))
         and PAM_MODULE in account + session

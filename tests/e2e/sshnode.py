@@ -93,7 +93,8 @@ PAM_EDIT = r"""
 set -e
 f=/etc/pam.d/sshd
 sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' $f
-sed -i "/^@include common-account/a account required pam_slurm_adopt.so\naccount required pam_jobns.so ARGS" $f
+sed -i "/^@include common-account/a account required pam_slurm_adopt.so\n\
+account required pam_jobns.so ARGS" $f
 printf 'session required pam_jobns.so ARGS\n' >> $f
 mkdir -p /run/sshd
 /usr/sbin/sshd -p PORT -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \
@@ -120,11 +121,11 @@ class SshCluster:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             env = self.node.exec(["cat", f"{STATE}/{job}/run.env"])
-            if env.exit_code == 0 and (
+            ready = env.exit_code == 0 and (
                 "closed=refused" in env.stdout or "closed=" not in env.stdout
-            ):
-                if self.slurm.job_state(job)[0] == "RUNNING":
-                    return job
+            )
+            if ready and self.slurm.job_state(job)[0] == "RUNNING":
+                return job
             time.sleep(0.2)
         raise RigError(f"job {job} of {user} not set up on node1 after 60s\n{self.slurm.logs()}")
 
@@ -133,9 +134,9 @@ class SshCluster:
         self.slurm.scancel(job)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.node.exec(["test", "-e", f"{STATE}/{job}"]).exit_code != 0:
-                if not self.slurm.in_queue(job):
-                    return
+            gone = self.node.exec(["test", "-e", f"{STATE}/{job}"]).exit_code != 0
+            if gone and not self.slurm.in_queue(job):
+                return
             time.sleep(0.2)
         raise RigError(f"job {job} still on node1 {timeout:g}s after scancel")
 

@@ -36,7 +36,7 @@ def alice_job(cluster: SshCluster) -> Iterator[str]:
 def mnt_ns(result_stdout: str) -> str:
     found = re.findall(r"mnt:\[\d+\]", result_stdout)
     assert found, result_stdout
-    return found[0]
+    return str(found[0])
 
 
 def env_of(stdout: str) -> dict[str, str]:
