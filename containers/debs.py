@@ -2,7 +2,7 @@
 Debian packages they need, an offline install, and a smoke test.
 
     debs = build(out)                                        # ci/build-deb on this host
-    repo = dependency_repo(client, image, debs, out / "repo", extra=("openssh-server",))
+    repo = dependency_repo(client, image, out / "repo", [*map(str, debs), "openssh-server"])
     with Rig(image, hostnames=["node1"]) as rig:             # a jobns-rig-base image
         install(rig.node("node1"), debs, repo, extra=("openssh-server",))
         smoke(rig.node("node1"))                             # RigError on a failure
@@ -10,9 +10,13 @@ Debian packages they need, an offline install, and a smoke test.
 The repository holds exactly what apt on this host resolves for the image's installed
 packages (its dpkg status): the node installs with no network at all (a rig's network is
 internal), so what jobns needs besides its own two .debs is provably Debian's. That
-needs this host's apt to know the image's suite. For another suite (trixie, forky):
-build inside that suite's image (`ci/build-deb OUTDIR` there, with apt reaching the
-suite's archive), then `install(node, debs, None)`, which uses the image's own apt sources.
+needs this host's apt to know the image's suite (bookworm here). The packages are built
+per suite (its python3, its libslurm-dev): build_in runs ci/build-deb inside a node
+
+    built = build_in(node, out, dependency_repo(client, image, out / "bd", source=REPO))
+
+For another suite (trixie, forky) pass repo=None to build_in and install: apt then uses
+the image's own sources, so the node must reach that suite's archive.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import io
 import shlex
 import subprocess
 import tarfile
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -62,41 +65,41 @@ def image_status(client: Any, image: str) -> bytes:
 
 
 def dependency_repo(
-    client: Any, image: str, debs: Sequence[Path], out: Path, extra: Sequence[str] = ()
+    client: Any, image: str, out: Path, packages: Sequence[str] = (), source: Path | None = None
 ) -> Path:
     """A flat apt repository in out of the Debian packages a node of `image` lacks for
-    `apt-get install debs extra`, resolved and downloaded by this host's apt as if its
-    dpkg status were the image's (nothing of the host's own state is read or changed)."""
+    `apt-get install PACKAGES` (names or .deb files) and, with source, for `apt-get
+    build-dep SOURCE` (ci/build-deb's build dependencies): resolved and downloaded by
+    this host's apt as if its dpkg status were the image's (the host's own state is
+    neither read nor changed)."""
     archives = out / "archives"
     (archives / "partial").mkdir(parents=True, exist_ok=True)
     status = out / "status"
     status.write_bytes(image_status(client, image))
-    opts = [
+    apt = [
+        "apt-get",
+        "-q",
+        "-y",
         f"-o=Dir::State::status={status}",
         f"-o=Dir::Cache::archives={archives}/",
         "-o=Dir::Cache::pkgcache=",
         "-o=Dir::Cache::srcpkgcache=",
         "-o=Debug::NoLocking=true",
         "-o=APT::Install-Recommends=false",
+        "--download-only",
     ]
-    argv = ["apt-get", "-q", "-y", *opts, "--download-only", "install"]
-    r = subprocess.run(
-        [*argv, *(str(d.resolve()) for d in debs), *extra],
-        capture_output=True,
-        text=True,
-        check=False,
+    runs = [["install", *packages]] if packages else []
+    runs += [["build-dep", f"{source.resolve()}/"]] if source is not None else []
+    for args in runs:
+        r = subprocess.run([*apt, *args], capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise RigError(f"resolve {args[0]} {args[1:]} for {image}: {r.stdout}{r.stderr}")
+    scan = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."], cwd=archives, capture_output=True, check=False
     )
-    if r.returncode != 0:
-        raise RigError(f"resolve the packages' Debian dependencies: {r.stdout}{r.stderr}")
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."],
-        cwd=archives,
-        capture_output=True,
-        check=False,
-    )
-    if packages.returncode != 0:
-        raise RigError(f"dpkg-scanpackages in {archives}: {packages.stderr.decode()}")
-    (archives / "Packages").write_bytes(packages.stdout)
+    if scan.returncode != 0:
+        raise RigError(f"dpkg-scanpackages in {archives}: {scan.stderr.decode()}")
+    (archives / "Packages").write_bytes(scan.stdout)
     return archives
 
 
@@ -117,16 +120,7 @@ def install(
     """`apt-get install ./jobns_*.deb ./jobns-slurm_*.deb [extra]` on a node, as a site
     does; from the local repository only (no network) when one is given."""
     put_files(node, NODE_DEBS, list(debs))
-    apt = ["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=120"]
-    if repo is not None:
-        put_files(node, NODE_REPO, sorted(p for p in repo.iterdir() if p.is_file()))
-        node.put_file(f"{NODE_REPO}/local.list", f"deb [trusted=yes] file:{NODE_REPO} ./\n")
-        apt += [
-            "-o",
-            f"Dir::Etc::sourcelist={NODE_REPO}/local.list",
-            "-o",
-            "Dir::Etc::sourceparts=/nonexistent",
-        ]
+    apt = ["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=120", *local_sources(node, repo)]
     node.exec([*apt, "update"], timeout=300).check(f"apt-get update on {node.hostname}")
     argv = [
         *apt,
@@ -138,6 +132,53 @@ def install(
     return node.exec(["env", "DEBIAN_FRONTEND=noninteractive", *argv], timeout=600).check(
         f"{shlex.join(argv)} on {node.hostname}"
     )
+
+
+def local_sources(node: Node, repo: Path | None) -> list[str]:
+    """Copy repo to the node; the apt options that make it apt's only source there
+    (none without a repo: the image's own sources)."""
+    if repo is None:
+        return []
+    put_files(node, NODE_REPO, sorted(p for p in repo.iterdir() if p.is_file()))
+    node.put_file(f"{NODE_REPO}/local.list", f"deb [trusted=yes] file:{NODE_REPO} ./\n")
+    return [
+        "-o",
+        f"Dir::Etc::sourcelist={NODE_REPO}/local.list",
+        "-o",
+        "Dir::Etc::sourceparts=/nonexistent",
+    ]
+
+
+def build_in(node: Node, out: Path, repo: Path | None = None) -> list[Path]:
+    """ci/build-deb run inside a node (its suite's python3 and libslurm-dev), from a copy
+    of this checkout; the two .debs copied back into out. repo: a dependency_repo with
+    the build dependencies (source=REPO) as apt's only source; None: the image's own."""
+    src, dest = "/var/tmp/jobns-src", "/var/tmp/jobns-built"
+    buf = io.BytesIO()
+    skip = {".git", ".pybuild", "build", "dist", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(
+            str(REPO),
+            arcname=".",
+            filter=lambda t: (
+                None if set(Path(t.name).parts) & skip or t.name.endswith(".pyc") else t
+            ),
+        )
+    node.exec(["mkdir", "-p", src]).check(f"mkdir {src} in {node.hostname}")
+    if not node.container.put_archive(src, buf.getvalue()):
+        raise RigError(f"copy the checkout to {node.hostname}:{src}: refused")
+    opts = " ".join(local_sources(node, repo))
+    node.exec(["env", f"JOBNS_APT_OPTS={opts}", f"{src}/ci/build-deb", dest], timeout=900).check(
+        f"ci/build-deb in {node.hostname}"
+    )
+    found = []
+    for name in PACKAGES:
+        path = node.exec(["sh", "-c", f"ls {dest}/{name}_*.deb"]).check(name).stdout.strip()
+        stream, _ = node.container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            tar.extractall(out, filter="data")
+        found.append(out / Path(path).name)
+    return found
 
 
 SMOKE = r"""
@@ -182,10 +223,3 @@ def smoke(node: Node) -> str:
     if r.exit_code != 0:
         raise RigError(f"package smoke test on {node.hostname}:\n{r.stdout}{r.stderr}")
     return r.stdout
-
-
-def local_file(data: bytes, name: str) -> Path:
-    """A file holding data in a fresh temporary directory (for put_files)."""
-    path = Path(tempfile.mkdtemp(prefix="jobns-debs-")) / name
-    path.write_bytes(data)
-    return path

@@ -67,7 +67,9 @@ def packages(client: Any) -> tuple[str, list[Path], Path]:
     base, _ = images.build_base(client, images.host_mirror(), False, lambda _m: None)
     out = Path(tempfile.mkdtemp(prefix="jobns-debs-"))
     built = debs_mod.build(out)
-    repo = debs_mod.dependency_repo(client, base, built, out / "repo", extra=EXTRA)
+    repo = debs_mod.dependency_repo(
+        client, base, out / "repo", packages=[*(str(d) for d in built), *EXTRA]
+    )
     return base, built, repo
 
 

@@ -45,6 +45,31 @@ def test_a_user_without_a_job_cannot_forge_his_way_in(cluster: SshCluster) -> No
         cluster.end(job)
 
 
+def test_root_never_joins_a_namespace_its_user_owns(cluster: SshCluster) -> None:
+    """Without enforcement a job's namespace belongs to its user's user namespace: she can
+    mount over anything there (her own libnss, /etc/passwd), and sshd's monitor is root.
+    pam_jobns refuses to take root into it. (Runs before alice's other job exists.)"""
+    toml = "/etc/jobns/jobns.toml"
+    cluster.host(f"cp {toml} /var/tmp/jobns.toml && printf '' > {toml}").check("enforce off")
+    try:
+        job = cluster.allocate("alice")
+    finally:
+        cluster.host(f"cp /var/tmp/jobns.toml {toml}").check("enforce on")
+    try:
+        # her only job here: pam_slurm_adopt picks among several by its own rules
+        mine = cluster.ctl.exec(["squeue", "-h", "-u", "alice", "-o", "%i"]).stdout.split()
+        assert mine == [job], mine
+        owner = cluster.host(
+            f"cat /run/jobns/jobs/{job}/run.env | grep -c '^user_pin=/' || true"
+        ).stdout
+        assert owner.strip() == "1", "the job did not get a namespace of its user's"
+        r = cluster.ssh("alice", "echo in")
+        assert r.exit_code == 255 and "in\n" not in r.stdout, r
+        assert "belongs to its user, so root will not enter it" in r.stderr, r
+    finally:
+        cluster.end(job)
+
+
 @pytest.fixture(scope="module")
 def jobs(cluster: SshCluster) -> Iterator[dict[str, str]]:
     """One running job each, and a file in alice's job's /tmp and /dev/shm."""
@@ -95,25 +120,3 @@ def test_slurm_job_id_in_his_pam_environment_never_picks_the_job(
         assert job == jobs["bob"] and "s\n" not in out, r
     finally:
         cluster.node.exec(["rm", "-f", home])
-
-
-def test_root_never_joins_a_namespace_its_user_owns(cluster: SshCluster) -> None:
-    """Without enforcement a job's namespace belongs to its user's user namespace: she can
-    mount over anything there (her own libnss, /etc/passwd), and sshd's monitor is root.
-    pam_jobns refuses to take root into it."""
-    toml = "/etc/jobns/jobns.toml"
-    cluster.host(f"cp {toml} /var/tmp/jobns.toml && printf '' > {toml}").check("enforce off")
-    try:
-        job = cluster.allocate("alice")
-    finally:
-        cluster.host(f"cp /var/tmp/jobns.toml {toml}").check("enforce on")
-    try:
-        owner = cluster.host(
-            f"cat /run/jobns/jobs/{job}/run.env | grep -c '^user_pin=/' || true"
-        ).stdout
-        assert owner.strip() == "1", "the job did not get a namespace of its user's"
-        r = cluster.ssh("alice", "echo in")
-        assert r.exit_code == 255 and "in\n" not in r.stdout, r
-        assert "belongs to its user, so root will not enter it" in r.stderr, r
-    finally:
-        cluster.end(job)
