@@ -175,9 +175,13 @@ def build_in(node: Node, out: Path, repo: Path | None = None) -> list[Path]:
     for name in PACKAGES:
         path = node.exec(["sh", "-c", f"ls {dest}/{name}_*.deb"]).check(name).stdout.strip()
         stream, _ = node.container.get_archive(path)
+        target = out / Path(path).name
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            tar.extractall(out, filter="data")
-        found.append(out / Path(path).name)
+            member = tar.extractfile(target.name)  # one regular file: nothing to trust
+            if member is None:
+                raise RigError(f"copy {path} from {node.hostname}: not a file")
+            target.write_bytes(member.read())
+        found.append(target)
     return found
 
 

@@ -152,3 +152,23 @@ def test_a_node_installs_them_offline_and_jobns_works(
         # the Slurm side is in place too: Debian's plugstack.conf includes our snippet
         inc = node.exec(["cat", "/etc/slurm/plugstack.conf"]).stdout
         assert "plugstack.conf.d/*.conf" in inc, inc
+
+
+def test_ci_build_deb_runs_inside_a_rig_image(
+    docker_client: Any, built: tuple[str, list[Path], Path], tmp_path: Path
+) -> None:
+    """The packages are built per suite, inside that suite's image: here bookworm's, with
+    the build dependencies from a local repository (no network), then installed there."""
+    base, host_debs, _repo = built
+    build_deps = debs_mod.dependency_repo(
+        docker_client, base, tmp_path / "bd", source=debs_mod.REPO
+    )
+    with Rig(base, hostnames=["node1"], client=docker_client) as rig:
+        node = rig.node("node1")
+        node.exec(["rm", "-f", "/etc/jobns/jobns.toml"]).check("remove the rig's jobns.toml")
+        debs = debs_mod.build_in(node, tmp_path, build_deps)
+        assert [d.name for d in debs] == [d.name for d in host_debs]
+        assert contents(debs[0]).keys() == contents(host_debs[0]).keys()
+        assert contents(debs[1]).keys() == contents(host_debs[1]).keys()
+        debs_mod.install(node, debs, build_deps)  # its runtime deps were build deps too
+        assert debs_mod.smoke(node).rstrip().endswith("smoke: ok")
