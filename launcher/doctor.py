@@ -9,8 +9,10 @@ directory lives.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import stat
+import sys
 
 from jobns.launcher import config as config_mod
 from jobns.launcher.errors import EXIT_JOBNS_FAILED, JobnsError
@@ -35,8 +37,28 @@ NETWORK_FS = {
 }
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_CDI_DIR = "/etc/cdi"
+DEFAULT_SSHD_PAM = "/etc/pam.d/sshd"
+SPANK_PLUGIN = "jobns_spank.so"
+PAM_MODULE = "pam_jobns.so"
 
 Finding = tuple[str, str]
+
+
+def installed_jobns() -> str:
+    """The jobns command of this installation, next to its interpreter: /usr/bin/jobns
+    from the Debian package, /opt/jobns/venv/bin/jobns from ci/install-python. The
+    hints name it, so they hold for either."""
+    return os.path.join(os.path.dirname(sys.executable), "jobns")
+
+
+def installed_spank_plugin() -> str:
+    """The SPANK plugin of this installation: the jobns-slurm package puts it in the
+    multiarch slurm-wlm directory (with jobns under /usr), ci/build-spank in
+    /opt/jobns/lib."""
+    if not sys.executable.startswith("/usr/"):
+        return f"/opt/jobns/lib/{SPANK_PLUGIN}"
+    found = sorted(glob.glob(f"/usr/lib/*/slurm-wlm/{SPANK_PLUGIN}"))
+    return found[0] if found else f"/usr/lib/<multiarch>/slurm-wlm/{SPANK_PLUGIN}"
 
 
 def kernel(proc_sys: str = "/proc/sys") -> list[Finding]:
@@ -622,7 +644,7 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
                 (
                     PROBLEM,
                     f"{name}={script} does not run {want} (or is not a root-owned "
-                    f"executable); fix: make it exec /opt/jobns/venv/bin/jobns {sub} "
+                    f"executable); fix: make it exec {installed_jobns()} {sub} "
                     f'--job-id "$SLURM_JOB_ID"',
                 )
             )
@@ -637,6 +659,14 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
     plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
     out += spank(plugstack, enforce)
     return out
+
+
+def _slurm_values_or_none(conf: str) -> dict[str, str] | None:
+    """slurm.conf's values, or None where slurm() already said it cannot read it."""
+    try:
+        return slurm_conf_values(conf)
+    except OSError:
+        return None
 
 
 def _runs(path: str, sub: str) -> bool:
@@ -688,7 +718,7 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                     PROBLEM,
                     f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
                     "plugin: jobs get root's namespaces that no task enters; fix: add "
-                    "'required /opt/jobns/lib/jobns_spank.so' to it (README \"Enforced by "
+                    f"'required {installed_spank_plugin()}' to it (README \"Enforced by "
                     'Slurm"), or unset enforce',
                 )
             ]
@@ -722,6 +752,117 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 )
             )
     return out
+
+
+def pam_stack(path: str, depth: int = 0) -> list[tuple[str, str]]:
+    """(type, module file name) of each line of a PAM service file, in order, with
+    `@include`d files (relative to its directory) spliced in; a leading `-` (use the
+    module if it exists) dropped."""
+    out: list[tuple[str, str]] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    for raw in lines:
+        words = raw.split("#", 1)[0].split()
+        if len(words) >= 2 and words[0] == "@include":
+            inc = words[1] if words[1].startswith("/") else f"{os.path.dirname(path)}/{words[1]}"
+            if depth < 8:  # includes nest rarely; never loop
+                try:
+                    out += pam_stack(inc, depth + 1)
+                except OSError:
+                    pass
+            continue
+        module = 2
+        if len(words) > 1 and words[1].startswith("["):  # [value=action ...] spans words
+            module = next((i + 1 for i, w in enumerate(words) if w.endswith("]")), len(words))
+        if len(words) > module:
+            out.append((words[0].lstrip("-"), os.path.basename(words[module])))
+    return out
+
+
+def sshd_pam(path: str, slurm_values: dict[str, str]) -> list[Finding]:
+    """With [slurm] enforce = true: an ssh session that pam_slurm_adopt adopts into a job
+    reaches the job's namespace only through pam_jobns, stacked after pam_slurm_adopt in
+    sshd's account stack (which sets SLURM_JOB_ID there) and in its session stack (where
+    it joins); pam_slurm_adopt adopts only into jobs with an extern step (Contain)."""
+    try:
+        stack = pam_stack(path)
+    except FileNotFoundError:
+        return [(NOTE, f"no {path}: ssh logins to this node not checked")]
+    except OSError as e:
+        return [(PROBLEM, f"read {path}: {e.strerror}")]
+    account = [m for t, m in stack if t == "account"]
+    session = [m for t, m in stack if t == "session"]
+    adopt = "pam_slurm_adopt.so"
+    if adopt not in account:
+        return [
+            (
+                NOTE,
+                f"{path} has no pam_slurm_adopt: ssh logins to this node run outside "
+                'every job\'s namespace (README "Enforced by Slurm", ssh)',
+            )
+        ]
+    fix = (
+        f"fix: 'account required {PAM_MODULE}' right after pam_slurm_adopt and 'session "
+        f"required {PAM_MODULE}' in {path} (man pam_jobns)"
+    )
+    out: list[Finding] = []
+    if PAM_MODULE not in account[account.index(adopt) :] or PAM_MODULE not in session:
+        out.append(
+            (
+                PROBLEM,
+                f"{path}: pam_slurm_adopt adopts ssh sessions into jobs, but pam_jobns "
+                "does not follow it in the account stack and join in the session stack: "
+                f"adopted sessions run in the node's own /tmp and /dev/shm; {fix}",
+            )
+        )
+    else:
+        out.append((OK, f"{path}: pam_jobns follows pam_slurm_adopt (account, session)"))
+    if (
+        not any(glob.glob(f"{d}/{PAM_MODULE}") for d in ("/usr/lib/*/security", "/lib/*/security"))
+        and PAM_MODULE in account + session
+    ):
+        out.append(
+            (
+                PROBLEM,
+                f"{path} names {PAM_MODULE}, which is not installed (every ssh login "
+                "fails); fix: apt-get install jobns-slurm",
+            )
+        )
+    flags = slurm_values.get("prologflags", "").lower().split(",")
+    if "contain" not in flags:
+        out.append(
+            (
+                PROBLEM,
+                "pam_slurm_adopt adopts only into a job with an extern step, and "
+                "slurm.conf has no PrologFlags=Contain: every ssh login of a job's user is "
+                "refused; fix: PrologFlags=Contain in slurm.conf",
+            )
+        )
+    return out
+
+
+def slurm_namespace_plugins(slurm_values: dict[str, str]) -> list[Finding]:
+    """With [slurm] enforce = true, no Slurm namespace plugin besides: job_container/tmpfs
+    (JobContainerType=) or namespace/tmpfs, namespace/linux (NamespaceType=, 25.11+) put
+    every task in a namespace of their own too, and a task can be in only one."""
+    out: list[Finding] = []
+    for key, shown, none in (
+        ("jobcontainertype", "JobContainerType", "job_container/none"),
+        ("namespacetype", "NamespaceType", "namespace/none"),
+    ):
+        value = slurm_values.get(key, "")
+        if value and value.lower() != none:
+            out.append(
+                (
+                    PROBLEM,
+                    f"{shown}={value} is configured while jobns enforces every job's "
+                    "namespace ([slurm] enforce = true): each task would be put in two "
+                    f"namespaces and ends up in whichever came last; fix: remove {shown}= "
+                    "from slurm.conf (jobns gives /tmp, /var/tmp and /dev/shm), or unset "
+                    "enforce",
+                )
+            )
+    return out or [(OK, "no Slurm namespace plugin besides jobns's enforcement")]
 
 
 def cdi(directory: str, configured: bool = False) -> list[Finding]:
@@ -775,7 +916,11 @@ def cdi(directory: str, configured: bool = False) -> list[Finding]:
 
 
 def check(
-    config: config_mod.Config, slurm_conf: str, cdi_dir: str, cdi_configured: bool = False
+    config: config_mod.Config,
+    slurm_conf: str,
+    cdi_dir: str,
+    cdi_configured: bool = False,
+    sshd_pam_file: str = DEFAULT_SSHD_PAM,
 ) -> list[Finding]:
     found: list[Finding] = []
     found += kernel()
@@ -794,6 +939,11 @@ def check(
     found += slurm(slurm_conf, config.enforce)
     found += scripts_by_name(slurm_conf)
     found += slurm_commands(config, slurm_conf)
+    if config.enforce:
+        values = _slurm_values_or_none(slurm_conf)
+        if values is not None:
+            found += slurm_namespace_plugins(values)
+            found += sshd_pam(sshd_pam_file, values)
     found += cdi(cdi_dir, cdi_configured)
     return found
 
