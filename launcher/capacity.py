@@ -12,8 +12,12 @@ launcher.directives.parse_capacity); the site's ``[capacity]`` section adds:
   tmp_default   the same for tmp
 
 ``tmp capacity`` covers /tmp and /var/tmp together (they are two directories of one
-tree). Directives reach only ``jobns setup``: a standalone ``jobns run`` never applies a
-capacity, since nothing would unmount the file system after its last task.
+tree). A disk-backed one (``tmp_backing = "disk"``) is at least the smallest its file
+system can be (launcher.config.FS_MIN_BYTES): a smaller request is rounded up to it,
+like granularity rounds (the job gets at least what it asked, and the node cap counts
+what it gets). Directives
+reach only ``jobns setup``: a standalone ``jobns run`` never applies a capacity, since
+nothing would unmount the file system after its last task.
 """
 
 from __future__ import annotations
@@ -118,6 +122,26 @@ def granularity(config: Config) -> int:
     return config_size(config, "granularity") or 1
 
 
+def disk_minimum(config: Config) -> int:
+    """The smallest tmp capacity this node can make: the file system's minimum when tmp
+    capacities are disk images, else 1 byte."""
+    if config.capacity.get("tmp_backing") != "disk":
+        return 1
+    from jobns.launcher.config import FS_MIN_BYTES
+
+    return FS_MIN_BYTES.get(str(config.capacity.get("fs_type", "ext4")), 1)
+
+
+def at_least(size: int, minimum: int, gran: int) -> int:
+    """PURE: size raised to minimum (a file system cannot be smaller), kept a multiple of
+    the granularity."""
+    if size >= minimum:
+        return size
+    from jobns.launcher.directives import round_up
+
+    return round_up(minimum, gran)
+
+
 def plan(
     config: Config,
     directives: Directives | None,
@@ -153,6 +177,8 @@ def plan(
             size = None if default is None else round_up(default, gran)
         if size is None:
             continue
+        if role == "tmp":
+            size = at_least(size, disk_minimum(config), gran)
         limit = config_size(config, f"{role}_max")
         if limit is not None and size > limit and from_scheduler and role == "shm":
             size = limit  # the site's own memory rule: capped, never the job's fault

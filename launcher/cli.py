@@ -401,8 +401,6 @@ def dispatch(argv: list[str]) -> int:
         if cmd is None:
             raise JobnsError(f"unknown subcommand {argv[0]!r} (see jobns --help)")
         opts, command = parse(cmd, argv[1:])
-        if cmd.name in LOGGED:
-            _system_path()
         if opts.get("help"):
             print(command_help(cmd))
             return EXIT_OK
@@ -436,16 +434,6 @@ def dispatch(argv: list[str]) -> int:
         )
         _log(cmd, opts, EXIT_JOBNS_FAILED, f"internal error: {type(e).__name__}: {e}")
         return EXIT_JOBNS_FAILED
-
-
-def _system_path() -> None:
-    """slurmd starts a prolog and an epilog with no PATH at all: give the programs these
-    root commands run (mkfs.ext4 for a disk capacity, scontrol, squeue, a movetool) the
-    system's directories, as a login shell would (a PATH that is set is kept)."""
-    import os
-
-    if not os.environ.get("PATH"):
-        os.environ["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _log(

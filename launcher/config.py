@@ -119,6 +119,22 @@ def size_bytes(value: object, where: str, example: str) -> int:
     return size
 
 
+MIB = 1024**2
+# The smallest disk-capacity image each file system is made in (with the options of
+# launcher.diskimage.make_fs), measured on Debian 12 (e2fsprogs 1.47.0, xfsprogs 6.1.0;
+# tests/integration/test_disk_capacity.py::test_the_file_system_minimums_hold_for_this_mkfs
+# checks them). launcher.capacity rounds a smaller tmp capacity up to it; a smaller
+# [[dirs]] disk size or tmp_max is a config error (_check_disk_sizes):
+# - mkfs.ext4 fails below 104 KiB ("Device size reported to be zero", "Illegal inode
+#   number while writing reserved inodes", "Not enough space to build proposed
+#   filesystem"), and at 104 KiB leaves 4 free inodes: too few for a job's tmp/, var_tmp/
+#   and PMIx directories. 1 MiB (mke2fs.conf's "floppy" type: 128 inodes) leaves 117 and
+#   a margin for other e2fsprogs releases.
+# - mkfs.xfs refuses anything below 300 MiB ("Filesystem must be larger than 300MB",
+#   xfsprogs 5.19 and later; 314572800 bytes is accepted).
+FS_MIN_BYTES = {"ext4": 1 * MIB, "xfs": 300 * MIB}
+
+
 def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
@@ -141,6 +157,7 @@ class Config:
         "raw",
         "shared_base",
         "shm_base",
+        "slurm_bin",
         "source",
         "staging",
         "state_dir",
@@ -176,6 +193,8 @@ class Config:
         # [slurm] enforce: the site's SPANK plugin puts every task in the job's namespace,
         # so the prolog makes that namespace root's (README "Enforced by Slurm").
         self.enforce = _section(raw, "slurm").get("enforce", False) is True
+        # Where Slurm's commands are, if not in root's fixed directories (launcher.sysprog).
+        self.slurm_bin = str(_section(raw, "slurm").get("bin_dir", ""))
 
 
 def config_path(flag: str | None, environ: dict[str, str]) -> tuple[str | None, bool]:
@@ -232,6 +251,7 @@ def check(doc: dict[str, object], source: str) -> None:
         )
     _check_staging(doc, source)
     _check_dirs(doc, source)
+    _check_disk_sizes(doc, source)
 
 
 def _check_text(value: object, source: str, where: str) -> None:
@@ -404,6 +424,32 @@ def _check_dirs(doc: dict[str, object], source: str) -> None:
                     f'{where}: backing = "{backing}" needs a size, e.g. size = "200GiB"'
                 )
             dir_size(entry["size"], path, source)
+
+
+def _check_disk_sizes(doc: dict[str, object], source: str) -> None:
+    """A site's size for a disk image (a [[dirs]] entry's, or tmp_max with disk-backed
+    tmp capacities) below what its file system can be made in would fail every such job
+    at setup: the site's mistake, named here (FS_MIN_BYTES)."""
+    capacity = _section(doc, "capacity")
+    sizes = [
+        (f"[[dirs]] path = {e.get('path')!r}: size", e.get("size"))
+        for e in _list(doc.get("dirs"))
+        if isinstance(e, dict) and e.get("backing") == "disk"
+    ]
+    if capacity.get("tmp_backing") == "disk" and capacity.get("tmp_max") not in (None, ""):
+        sizes.append(("[capacity] tmp_max", capacity.get("tmp_max")))
+    if not sizes:
+        return
+    fstype = str(capacity.get("fs_type", "ext4"))
+    minimum = FS_MIN_BYTES.get(fstype, 1)
+    for what, value in sizes:
+        size = size_bytes(value, f"read config {source}: {what} = {value!r}", "200GiB")
+        if size < minimum:
+            raise JobnsError(
+                f"read config {source}: {what} = {value!r} ({size} bytes) is smaller than "
+                f"{fstype}'s smallest file system, {minimum} bytes ({minimum // MIB} MiB, "
+                f'[capacity] fs_type); fix: give at least "{minimum // MIB}MiB"'
+            )
 
 
 def _is_clean_abspath(p: str) -> bool:

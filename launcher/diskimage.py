@@ -22,13 +22,25 @@ Crash safety, step by step (each a pause point for tests, JOBNS_TEST_PAUSE_IN):
                (by the backing file under scratch_base) detaches it
   capacity-detached  (teardown) shut down and detached, the image not yet unlinked:
                the release process finishes on its own; teardown again or gc unlinks
-The scratch base is root's (0700): only jobns names files in it, so a file there is
-ours, and a loop device whose backing file lies under it is ours.
+The scratch base is root's and writable by root only: only jobns names files in it, so
+a file there is ours, and a loop device whose backing file lies under it is ours. Which
+device is a given image's is told by the file's identity (launcher.loop.identity),
+never by its path: a device can outlive its image (below).
 
-Node cap: under an exclusive flock on the base, the sum of the live images' sizes plus
-the new one may not exceed the base's free space plus what the live images already
-use, minus ``node_reserve``: every live job can fill its image to the last byte. A
-request over it is the job's (a UserError: the job is refused, never the node).
+Node cap: under an exclusive lock of the base's file system, the sum of the live
+images' sizes plus the new one may not exceed the base's free space plus what the live
+images already use, minus ``node_reserve``: every live job can fill its image to the
+last byte. A request over it is the job's (a UserError: the job is refused, never the
+node). The lock is a file in root's private ``<state_dir>/locks/``, never the base
+itself: a base users may open (a [[dirs]] base must be: their trees are in it) would
+let any of them hold every prolog and gc with ``flock -s``. A size below what the file
+system can be made in never reaches here: launcher.capacity rounds it up.
+
+Stale devices: a process outside the job (hers, from the host) that keeps a file or its
+cwd in the capacity keeps the file system, and so its loop device, after teardown shut
+it down, detached it and unlinked its image. Such a device (attached to a deleted
+image under the base) counts for its full size in the node cap until it goes, and gc
+and `jobns status` name it (stale).
 
 Teardown (rule 6, SECURITY.md: free space even against a held reference): the file
 system is shut down (FS_IOC_SHUTDOWN: no further I/O through any held fd), detached and
@@ -47,11 +59,13 @@ import stat
 import subprocess
 from typing import TYPE_CHECKING
 
-from jobns.launcher import fs, libc, loop, mountinfo, state
+from jobns.launcher import fs, libc, loop, mountinfo, state, sysprog
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.plan import TOP_MODE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jobns.launcher.config import Config
     from jobns.launcher.fs import TreeHandle
     from jobns.launcher.plan import Tree
@@ -121,13 +135,14 @@ def open_base(base: str, what: str = "[capacity] scratch_base") -> int:
     return fd
 
 
-def _lock_device(config: Config, base: str, what: str) -> list[int]:
-    """base's fd, then those of the other image directories on the same file system,
-    each flocked exclusively in path order (never a deadlock): the node cap counts
-    every image that takes space from that file system."""
+def _node_lock(config: Config, base: str, what: str) -> tuple[int, list[tuple[str, int]]]:
+    """Lock the node cap of base's file system: (the lock's fd, [(path, fd)] of base and
+    of the other image directories on that file system: the cap counts every image that
+    takes space from it). The lock is a file in root's private state directory
+    (<state_dir>/locks/, 0700): nobody but root can open it, so no user can hold it
+    (an image directory a user can open, flock -s, would hang every prolog and gc)."""
     fd = open_base(base, what)
-    fds = [fd]
-    locking = [(base, fd)]
+    bases = [(base, fd)]
     try:
         dev = os.fstat(fd).st_dev
         for other in image_bases(config):
@@ -138,17 +153,47 @@ def _lock_device(config: Config, base: str, what: str) -> list[int]:
             except OSError:
                 continue
             if os.fstat(ofd).st_dev == dev:
-                fds.append(ofd)
-                locking.append((other, ofd))
+                bases.append((other, ofd))
             else:
                 os.close(ofd)
-        for _, f in sorted(locking):
-            fcntl.flock(f, fcntl.LOCK_EX)
+        lock = _lock_file(config.state_dir, f"disk-{os.major(dev)}:{os.minor(dev)}.lock")
+        # Blocking is safe: only root's setup (while it sizes an image) and gc (while it
+        # sweeps) hold it, and neither waits for anything a user holds meanwhile.
+        fcntl.flock(lock, fcntl.LOCK_EX)
     except BaseException:
-        for f in fds:
+        for _, f in bases:
             os.close(f)
         raise
-    return fds
+    return lock, bases
+
+
+LOCKS = "locks"
+
+
+def _lock_file(state_dir: str, name: str) -> int:
+    """An fd of <state_dir>/locks/name (root's 0600, in root's 0700 directory)."""
+    where = f"{state_dir}/{LOCKS}"
+    state.ensure_state_dir(state_dir)
+    try:
+        try:
+            os.mkdir(where, 0o700)
+        except FileExistsError:
+            pass
+        dfd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise JobnsError(f"open lock directory {where}: {e.strerror}; fix state_dir") from None
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != 0:
+            raise JobnsError(f"refuse lock directory {where}: it must be root's (chown root)")
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(dfd, 0o700)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags, 0o600, dir_fd=dfd)
+    except OSError as e:
+        raise JobnsError(f"open lock {where}/{name}: {e.strerror}") from None
+    finally:
+        os.close(dfd)
 
 
 def _images(base_fd: int) -> list[tuple[str, os.stat_result]]:
@@ -164,10 +209,12 @@ def _images(base_fd: int) -> list[tuple[str, os.stat_result]]:
     return out
 
 
-def node_room(config: Config, base_fd: int, *others: int) -> tuple[int, int]:
-    """(committed, available): the live images' sizes (in base_fd and the other image
-    directories of its file system), and what it can hold for all images (free +
-    what they already use - node_reserve)."""
+def node_room(config: Config, bases: list[tuple[str, int]]) -> tuple[int, int]:
+    """(committed, available): the live images' sizes (in the image directories of one
+    file system, open at their fds) plus the full size of every stale loop device there
+    (still attached to a deleted image because someone holds its file system: it may
+    hold that much until they let go), and what the file system can hold for all images
+    (free + what the live images already use - node_reserve)."""
     from jobns.launcher.capacity import config_size
 
     reserve = (
@@ -175,11 +222,24 @@ def node_room(config: Config, base_fd: int, *others: int) -> tuple[int, int]:
         if config.capacity.get("node_reserve") in (0, "0")
         else config_size(config, "node_reserve") or 0
     )
-    images = [i for fd in (base_fd, *others) for i in _images(fd)]
+    images = [i for _, fd in bases for i in _images(fd)]
     committed = sum(st.st_size for _, st in images)
+    committed += sum(d.size() for path, _ in bases for d in stale_devices(path))
     used = sum(st.st_blocks * 512 for _, st in images)
-    vfs = os.fstatvfs(base_fd)
+    vfs = os.fstatvfs(bases[0][1])
     return committed, vfs.f_bavail * vfs.f_frsize + used - reserve
+
+
+def stale_devices(base: str) -> list[loop.Device]:
+    """Loop devices attached to a deleted image directly in base: a finished job's disk
+    capacity whose file system someone still holds (a process with a file or its cwd in
+    it). Teardown shut it down; it goes when they let go."""
+    top = base.rstrip("/")
+    return [
+        d
+        for d in loop.attached(base)
+        if d.deleted and os.path.dirname(d.path) == top and job_of_image(d.path) is not None
+    ]
 
 
 def create(
@@ -194,14 +254,14 @@ def create(
     base = base or base_of(config)
     path = image_path(base, role, job_id)
     name = os.path.basename(path)
-    fds = _lock_device(config, base, where)
-    base_fd = fds[0]
+    lock, bases = _node_lock(config, base, where)
+    base_fd = bases[0][1]
     try:
         try:
             os.unlink(name, dir_fd=base_fd)  # a crashed setup's, by our own name
         except FileNotFoundError:
             pass
-        committed, room = node_room(config, base_fd, *fds[1:])
+        committed, room = node_room(config, bases)
         if committed + size > room:
             free = max(room - committed, 0)
             raise UserError(
@@ -221,11 +281,20 @@ def create(
         except OSError as e:
             os.close(fd)
             os.unlink(name, dir_fd=base_fd)
+            if e.errno in (errno.EFBIG, errno.EINVAL):
+                # Past the largest file the scratch base's file system can hold: the
+                # size the job asked for, not a fault of the node.
+                raise UserError(
+                    f"{what or 'tmp capacity'} {size} bytes ({human(size)}) is larger "
+                    f"than a file on this node's scratch disk can be ({e.strerror}); "
+                    "ask for less"
+                ) from None
             raise JobnsError(f"size {path} to {size} bytes: {e.strerror}") from None
         os.close(fd)
     finally:
-        for f in fds:
-            os.close(f)  # the flocks go with them
+        for _, f in bases:
+            os.close(f)
+        os.close(lock)  # the flock goes with it
     state.pause_point("image-made")
     return path
 
@@ -249,15 +318,21 @@ def make_fs(path: str, fstype: str, uid: int, gid: int) -> None:
             path,
         ]
     try:
+        # Never through PATH: slurmd gives its prolog none (launcher.sysprog).
         r = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+            sysprog.argv(cmd),
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env=sysprog.environment(),
         )
     except OSError as e:
-        raise JobnsError(
-            f"run {cmd[0]}: {e.strerror}; install {'xfsprogs' if fstype == 'xfs' else 'e2fsprogs'}"
-        ) from None
+        raise JobnsError(f"run {cmd[0]}: {e.strerror}") from None
     if r.returncode != 0:
-        raise JobnsError(f"{cmd[0]} {path}: {r.stderr.strip() or f'exit {r.returncode}'}")
+        # One line (mkfs.xfs follows its reason with its whole usage text).
+        why = r.stderr.strip().splitlines()[0] if r.stderr.strip() else f"exit {r.returncode}"
+        raise JobnsError(f"{cmd[0]} {path}: {why}")
     state.pause_point("fs-made")
 
 
@@ -282,10 +357,20 @@ def ours_at(fd: int, image: str) -> bool:
 
 
 def source_of(image: str) -> str | None:
-    """The loop device (its mount's source) the image is attached to, if any."""
-    for dev, back in loop.backed_by(os.path.dirname(image)).items():
-        if back == image:
-            return dev
+    """The loop device (its mount's source) the image file now at this path is attached
+    to, if any: by the file's identity (a device still attached to an earlier, deleted
+    image of the same name, which someone holds, is not it). Without the right to ask a
+    device (not root), by its path, never a deleted one's."""
+    try:
+        st = os.stat(image, follow_symlinks=False)
+    except OSError:
+        return None
+    for d in loop.attached(os.path.dirname(image)):
+        if d.deleted or d.path != image:
+            continue
+        ident = loop.identity(d.dev)
+        if ident == (st.st_dev, st.st_ino) or (ident is None and os.geteuid() != 0):
+            return d.dev
     return None
 
 
@@ -449,48 +534,77 @@ def job_of_image(path: str) -> str | None:
     return role_job.split("-", 1)[1] if "-" in role_job else None
 
 
-def sweep(config: Config, keep_jobs: set[str], dry: bool = False) -> list[str]:
+def sweep(config: Config, keep_jobs: Callable[[], set[str]], dry: bool = False) -> list[str]:
     """Reclaim what is in the image directories (scratch_base, the bases of disk-backed
     [[dirs]]) of jobs that have no state directory any more (a record, even a damaged
     one, keeps its job's images: gc removes only what it proved dead): their loop
-    mounts (detached by fd), loop devices, then the image. Returns what was (or, dry,
-    would be) done, for gc's report."""
+    mounts (shut down, detached by fd), loop devices, then the image. keep_jobs() is
+    asked under the node lock: setup records a job before it takes that lock to make
+    its image, so no image made meanwhile is taken for a dead one. Returns what was (or,
+    dry, would be) done, for gc's report."""
     done: list[str] = []
     for base in image_bases(config):
         try:
-            done += _sweep_base(base, keep_jobs, dry)
+            done += _sweep_base(config, base, keep_jobs, dry)
         except JobnsError as e:
             done.append(f"skipped {base}: {e}")
     return done
 
 
-def _sweep_base(base: str, keep_jobs: set[str], dry: bool) -> list[str]:
+def _sweep_base(
+    config: Config, base: str, keep_jobs: Callable[[], set[str]], dry: bool
+) -> list[str]:
     if not os.path.isdir(base):
         return []
     done: list[str] = []
     top = base.rstrip("/")
-    # Only images directly in the base: a job tree beside them is the job user's.
-    devices = {d: b for d, b in loop.backed_by(base).items() if os.path.dirname(b) == top}
-    base_fd = open_base(base, "image directory")
+    lock, bases = _node_lock(config, base, "image directory")
     try:
-        fcntl.flock(base_fd, fcntl.LOCK_EX)
-        names = {name for name, _ in _images(base_fd)}
-        paths = {f"{top}/{n}" for n in names} | set(devices.values())
+        keep = keep_jobs()
+        # Only images directly in the base: a job tree beside them is the job user's.
+        devices = [d for d in loop.attached(base) if os.path.dirname(d.path) == top]
+        names = {name for name, _ in _images(bases[0][1])}
+        paths = {f"{top}/{n}" for n in names} | {d.path for d in devices}
         for path in sorted(paths):
-            if job_of_image(path) in keep_jobs:
+            if job_of_image(path) in keep:
                 continue
             if dry:
                 done.append(f"would remove the disk capacity {path} (no job record)")
                 continue
-            for dev, back in devices.items():
-                if back == path:
-                    done += _detach_device(dev)
+            for d in devices:
+                if d.path == path:
+                    done += _detach_device(d.dev)
             if os.path.basename(path) in names:
                 problems = remove_image(path)
                 done += problems or [f"removed the disk capacity {path} (no job record)"]
     finally:
-        os.close(base_fd)
+        for _, f in bases:
+            os.close(f)
+        os.close(lock)
     return done
+
+
+def stale(config: Config) -> list[dict[str, object]]:
+    """Every stale loop device in the image directories (stale_devices), for gc's report
+    and `jobns status`: device, image, job, bytes (what it counts in the node cap)."""
+    return [
+        {"device": d.dev, "image": d.path, "job_id": job_of_image(d.path), "bytes": d.size()}
+        for base in image_bases(config)
+        for d in stale_devices(base)
+    ]
+
+
+def stale_line(entry: dict[str, object]) -> str:
+    """One line about a stale device: what it is, why it is there, and how to end it."""
+    from jobns.launcher.capacity import human
+
+    size = entry["bytes"] if isinstance(entry["bytes"], int) else 0
+    return (
+        f"{entry['device']} is still attached to the deleted disk capacity {entry['image']} "
+        f"of job {entry['job_id']}: a process holds a file, or its cwd, in that file system "
+        f"after the job ended; it counts {size} bytes ({human(size)}) against the node cap "
+        f"until that process ends (fuser -vm {entry['device']} names it)"
+    )
 
 
 def _detach_device(dev: str) -> list[str]:
@@ -507,6 +621,7 @@ def _detach_device(dev: str) -> list[str]:
         try:
             found = _mount_of(fd)
             if found is not None and found.source == dev:
+                _shut_down(fd)
                 libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
                 out.append(f"detached {dev} from {m.point}")
         except OSError as e:
@@ -519,3 +634,18 @@ def _detach_device(dev: str) -> list[str]:
         if e.errno not in (errno.ENXIO, errno.EBUSY, errno.ENOENT):
             out.append(f"detach {dev}: {e.strerror}")
     return out
+
+
+def _shut_down(path_fd: int) -> None:
+    """No more I/O through anything anyone holds of a dead job's file system (rule 6):
+    whoever keeps it after the detach can no longer grow its (then deleted) image."""
+    try:
+        fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.ioctl(fd, FS_IOC_SHUTDOWN, FS_GOING_DOWN_NOLOGFLUSH.to_bytes(4, "little"))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

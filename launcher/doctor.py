@@ -9,8 +9,10 @@ directory lives.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import stat
+import sys
 
 from jobns.launcher import config as config_mod
 from jobns.launcher.errors import EXIT_JOBNS_FAILED, JobnsError
@@ -35,8 +37,28 @@ NETWORK_FS = {
 }
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_CDI_DIR = "/etc/cdi"
+DEFAULT_SSHD_PAM = "/etc/pam.d/sshd"
+SPANK_PLUGIN = "jobns_spank.so"
+PAM_MODULE = "pam_jobns.so"
 
 Finding = tuple[str, str]
+
+
+def installed_jobns() -> str:
+    """The jobns command of this installation, next to its interpreter: /usr/bin/jobns
+    from the Debian package, /opt/jobns/venv/bin/jobns from ci/install-python. The
+    hints name it, so they hold for either."""
+    return os.path.join(os.path.dirname(sys.executable), "jobns")
+
+
+def installed_spank_plugin() -> str:
+    """The SPANK plugin of this installation: the jobns-slurm package puts it in the
+    multiarch slurm-wlm directory (with jobns under /usr), ci/build-spank in
+    /opt/jobns/lib."""
+    if not sys.executable.startswith("/usr/"):
+        return f"/opt/jobns/lib/{SPANK_PLUGIN}"
+    found = sorted(glob.glob(f"/usr/lib/*/slurm-wlm/{SPANK_PLUGIN}"))
+    return found[0] if found else f"/usr/lib/<multiarch>/slurm-wlm/{SPANK_PLUGIN}"
 
 
 def kernel(proc_sys: str = "/proc/sys") -> list[Finding]:
@@ -303,7 +325,9 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
                     f"{mode:04o}) and holds the disk images; fix: chmod go-w {d.base}",
                 )
             ]
-    if fs_type(d.base) in NETWORK_FS:
+    if d.backing == "disk":
+        found += image_fs(f"[[dirs]] base {d.base} of {d.path}", d.base)
+    elif fs_type(d.base) in NETWORK_FS:
         found.append(
             (
                 PROBLEM,
@@ -312,6 +336,62 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
             )
         )
     return out + found
+
+
+def image_fs(what: str, path: str) -> list[Finding]:
+    """Disk images belong on a local disk: not a network file system (every job's I/O
+    would cross the network, and the node cap would count another node's space), not
+    tmpfs (the image would be memory: tmp_backing = "tmpfs" does that directly)."""
+    kind = fs_type(path)
+    if kind in NETWORK_FS:
+        return [(PROBLEM, f"{what} is on {kind}, a network file system; fix: a local disk")]
+    if kind in ("tmpfs", "ramfs"):
+        return [
+            (
+                PROBLEM,
+                f"{what} is on {kind}: its disk images would take memory; fix: a "
+                'local disk (or tmp_backing = "tmpfs")',
+            )
+        ]
+    return []
+
+
+def scratch_base(config: config_mod.Config) -> list[Finding]:
+    """[capacity] scratch_base, where disk capacities' images live: root's, writable by
+    root only (then no user can name, squat or swap an image), on a local disk. Others
+    may read it: nothing of jobns's waits for a lock there (launcher.diskimage keeps its
+    lock in state_dir), and the images themselves are root's 0600."""
+    if config.capacity.get("tmp_backing") != "disk":
+        return []
+    from jobns.launcher.diskimage import base_of
+
+    path = base_of(config)
+    what = f"[capacity] scratch_base {path}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(path.rstrip("/")) or "/"
+        return image_fs(what, parent) or [
+            (OK, f"{what}: made (root's, 0700) by the first disk capacity")
+        ]
+    except OSError as e:
+        return [(PROBLEM, f"{what}: {e.strerror}; fix: mkdir -m 0700 {path}")]
+    if not stat.S_ISDIR(st.st_mode):
+        return [(PROBLEM, f"{what} is not a directory (a symlink?); fix: mkdir -m 0700 {path}")]
+    mode = stat.S_IMODE(st.st_mode)
+    out: list[Finding] = []
+    if st.st_uid != 0:
+        out.append((PROBLEM, f"{what} belongs to uid {st.st_uid}; fix: chown root {path}"))
+    if mode & 0o022:
+        out.append(
+            (
+                PROBLEM,
+                f"{what} is writable by others (mode {mode:04o}): anyone could plant or "
+                f"swap an image; fix: chmod go-w {path}",
+            )
+        )
+    out += image_fs(what, path) + path_guarded(path, what)
+    return out or [(OK, f"{what}: root's, mode {mode:04o}, {fs_type(path)}")]
 
 
 def path_guarded(path: str, what: str) -> list[Finding]:
@@ -341,6 +421,164 @@ def path_guarded(path: str, what: str) -> list[Finding]:
             )
         parent = child
     return out
+
+
+def reachable(what: str, path: str, enforce: bool) -> list[Finding]:
+    """In the voluntary mode the namespace holder (launcher.pins), already the job user,
+    opens each base by its path again (launcher.fs.reopen: open(base, O_RDONLY) needs
+    search on every directory above the base and read on it, then the job's tree is
+    looked up in it: search on the base). A base only root may enter fails every job's
+    prolog ("open ... base: Permission denied", exit 125) and the node drains. Checked
+    for a user in none of the directories' groups (their "other" bits). With
+    [slurm] enforce root makes the namespace, and nothing is needed."""
+    if enforce or not path or not os.path.isdir(path):
+        return []  # base() already says what is wrong with a missing one
+    real = os.path.realpath(path)
+    # The directories a lookup of path passes: above it as written, and above the real one.
+    walked = [*reversed(_parents(path)), *reversed(_parents(real))]
+    above = dict.fromkeys(os.path.realpath(d) for d in walked)
+    needs = [(d, 0o001, "search") for d in above]
+    for d, bits, how in [*needs, (real, 0o005, "read and search")]:
+        st = os.stat(d)
+        if st.st_mode & bits != bits:
+            fix = f"chmod o+rx {d}" if d == real else f"chmod o+x {d}"
+            return [
+                (
+                    PROBLEM,
+                    f"{what} {path}: an ordinary user may not {how} {d} (uid {st.st_uid}, "
+                    f"mode {stat.S_IMODE(st.st_mode):04o}); without [slurm] enforce the job "
+                    "user opens the base when her namespace is made, so every job's "
+                    f"prolog fails and the node drains; fix: {fix} (or enforce, with the "
+                    "SPANK plugin)",
+                )
+            ]
+    return []
+
+
+def _parents(path: str) -> list[str]:
+    """Every directory above path, nearest first."""
+    out = []
+    while path != "/":
+        path = os.path.dirname(path)
+        out.append(path)
+    return out
+
+
+def disk_programs(config: config_mod.Config) -> list[Finding]:
+    """mkfs.<fs_type> where a disk backing is configured: without it every job with a
+    disk capacity fails its prolog (the node drains)."""
+    from jobns.launcher import diskimage, sysprog
+
+    users = ['[capacity] tmp_backing = "disk"'] if diskimage.backing(config) == "disk" else []
+    users += [f"[[dirs]] {d.path}" for d in config.dirs if d.backing == "disk"]
+    if not users:
+        return []
+    name = f"mkfs.{diskimage.fs_type(config)}"
+    try:
+        return [(OK, f"{name} is {sysprog.find(name)} (for {', '.join(users)})")]
+    except sysprog.NotFound as e:
+        return [(PROBLEM, f"{name} (for {', '.join(users)}): {e.strerror}")]
+
+
+def programs(config: config_mod.Config) -> list[Finding]:
+    """The site's programs: [lifecycle] pre_run/post_run (root runs them: only root may
+    replace them; one that cannot run fails every prolog, and the node drains) and
+    [arc] movetool (the job user runs it; staging fails without it)."""
+    import shlex
+
+    from jobns.launcher import sysprog
+
+    named = [
+        ("[lifecycle] pre_run", config.lifecycle.pre_run, True),
+        ("[lifecycle] post_run", config.lifecycle.post_run, True),
+        ("[arc] movetool", config.arc.movetool if config.arc else "", False),
+    ]
+    out: list[Finding] = []
+    for key, command, as_root in named:
+        if not command:
+            continue
+        try:
+            path = sysprog.find(shlex.split(command)[0])
+        except (ValueError, IndexError):
+            continue  # config.load refused it already
+        except sysprog.NotFound as e:
+            out.append((PROBLEM, f"{key} = {command!r}: {e}; fix: install it, or change {key}"))
+            continue
+        why = sysprog.untrusted(path)
+        if why and (as_root or why in ("missing", "not an executable file")):
+            why = f"{path}: {'no such file' if why == 'missing' else why}"
+            out.append((PROBLEM, f"{key} = {command!r}: {why}; fix: a program of root's"))
+        else:
+            out.append((OK, f"{key}: {path}"))
+    return out
+
+
+def slurm_commands(config: config_mod.Config, conf: str) -> list[Finding]:
+    """Slurm's commands jobns runs, where root finds them (launcher.sysprog, then
+    [slurm] bin_dir first): scontrol for tmp_from_slurm (without it every job gets the
+    site default), squeue for gc on a Slurm node (without it gc judges by records)."""
+    from jobns.launcher import sysprog
+
+    wanted = []
+    if config.capacity.get("tmp_from_slurm") == "scontrol":
+        wanted.append(("scontrol", '[capacity] tmp_from_slurm = "scontrol"', PROBLEM))
+    if os.path.exists(conf):
+        wanted.append(("squeue", "jobns gc", NOTE))
+    out: list[Finding] = []
+    for name, user, kind in wanted:
+        try:
+            out.append((OK, f"{name} is {sysprog.find(name, config.slurm_bin)} (for {user})"))
+        except sysprog.NotFound as e:
+            out.append((kind, f"{user} needs {e}"))
+    return out
+
+
+def scripts_by_name(conf: str) -> list[Finding]:
+    """slurmd runs the Prolog and Epilog with no PATH: a script that runs jobns by a name
+    the shell's default search does not find fails every job (the node drains)."""
+    from jobns.launcher import sysprog
+
+    try:
+        values = slurm_conf_values(conf)
+    except OSError:
+        return []  # slurm() says so
+    out: list[Finding] = []
+    for key in ("prolog", "epilog"):
+        for script in (p.strip() for p in values.get(key, "").split(",") if p.strip()):
+            word = _jobns_word(script)
+            if word is None or word.startswith("/"):
+                continue
+            try:
+                sysprog.find(word)
+            except sysprog.NotFound:
+                out.append(
+                    (
+                        PROBLEM,
+                        f"{key.capitalize()}={script} runs {word!r} by name, but slurmd gives "
+                        "it no PATH; fix: name it by its absolute path (exec "
+                        "/opt/jobns/venv/bin/jobns ...)",
+                    )
+                )
+    return out
+
+
+def _jobns_word(script: str) -> str | None:
+    """The command word that runs jobns in a script (None if none is found)."""
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            text = f.read(65536)
+    except OSError:
+        return None
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        for i, w in enumerate(words):
+            if (
+                os.path.basename(w) == "jobns"
+                and i + 1 < len(words)
+                and words[i + 1] in ("setup", "teardown")
+            ):
+                return w
+    return None
 
 
 def propagation() -> list[Finding]:
@@ -406,7 +644,7 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
                 (
                     PROBLEM,
                     f"{name}={script} does not run {want} (or is not a root-owned "
-                    f"executable); fix: make it exec /opt/jobns/venv/bin/jobns {sub} "
+                    f"executable); fix: make it exec {installed_jobns()} {sub} "
                     f'--job-id "$SLURM_JOB_ID"',
                 )
             )
@@ -422,6 +660,14 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
     out += spank(plugstack, enforce)
     out += spank_build(plugstack, enforce)
     return out
+
+
+def _slurm_values_or_none(conf: str) -> dict[str, str] | None:
+    """slurm.conf's values, or None where slurm() already said it cannot read it."""
+    try:
+        return slurm_conf_values(conf)
+    except OSError:
+        return None
 
 
 def _runs(path: str, sub: str) -> bool:
@@ -480,7 +726,7 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                     PROBLEM,
                     f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
                     "plugin: jobs get root's namespaces that no task enters; fix: add "
-                    "'required /opt/jobns/lib/jobns_spank.so' to it (README \"Enforced by "
+                    f"'required {installed_spank_plugin()}' to it (README \"Enforced by "
                     'Slurm"), or unset enforce',
                 )
             ]
@@ -543,7 +789,8 @@ def spank_build(plugstack: str, enforce: bool, slurm_version: str | None = None)
         built = _plugin_version(so)
         rebuild = (
             f"fix: rebuild it against this node's Slurm headers (apt-get install gcc "
-            f"libslurm-dev; ci/build-spank --output {so}), then restart slurmd"
+            f"libslurm-dev; ci/build-spank --output {so}; or the jobns-slurm package "
+            "built for this Slurm: ci/build-deb), then restart slurmd"
         )
         if built is None:
             out.append(
@@ -597,13 +844,20 @@ def enforcement_problems(conf: str) -> list[str]:
 
 def _slurmd_version() -> str:
     """The Slurm release of this node's slurmd ("22.05.8"), or "" if there is none."""
-    import shutil
     import subprocess
 
-    slurmd = shutil.which("slurmd") or "/usr/sbin/slurmd"
+    from jobns.launcher import sysprog
+
     try:
-        r = subprocess.run([slurmd, "-V"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        r = subprocess.run(
+            [sysprog.find("slurmd"), "-V"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            env=sysprog.environment(),
+        )
+    except (OSError, subprocess.TimeoutExpired):  # sysprog.NotFound is an OSError
         return ""
     words = r.stdout.split()
     return words[-1] if r.returncode == 0 and words else ""
@@ -659,6 +913,117 @@ def _plugin_version(path: str) -> str | None:
     return None
 
 
+def pam_stack(path: str, depth: int = 0) -> list[tuple[str, str]]:
+    """(type, module file name) of each line of a PAM service file, in order, with
+    `@include`d files (relative to its directory) spliced in; a leading `-` (use the
+    module if it exists) dropped."""
+    out: list[tuple[str, str]] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    for raw in lines:
+        words = raw.split("#", 1)[0].split()
+        if len(words) >= 2 and words[0] == "@include":
+            inc = words[1] if words[1].startswith("/") else f"{os.path.dirname(path)}/{words[1]}"
+            if depth < 8:  # includes nest rarely; never loop
+                try:
+                    out += pam_stack(inc, depth + 1)
+                except OSError:
+                    pass
+            continue
+        module = 2
+        if len(words) > 1 and words[1].startswith("["):  # [value=action ...] spans words
+            module = next((i + 1 for i, w in enumerate(words) if w.endswith("]")), len(words))
+        if len(words) > module:
+            out.append((words[0].lstrip("-"), os.path.basename(words[module])))
+    return out
+
+
+def sshd_pam(path: str, slurm_values: dict[str, str]) -> list[Finding]:
+    """With [slurm] enforce = true: an ssh session that pam_slurm_adopt adopts into a job
+    reaches the job's namespace only through pam_jobns, stacked after pam_slurm_adopt in
+    sshd's account stack (which sets SLURM_JOB_ID there) and in its session stack (where
+    it joins); pam_slurm_adopt adopts only into jobs with an extern step (Contain)."""
+    try:
+        stack = pam_stack(path)
+    except FileNotFoundError:
+        return [(NOTE, f"no {path}: ssh logins to this node not checked")]
+    except OSError as e:
+        return [(PROBLEM, f"read {path}: {e.strerror}")]
+    account = [m for t, m in stack if t == "account"]
+    session = [m for t, m in stack if t == "session"]
+    adopt = "pam_slurm_adopt.so"
+    if adopt not in account:
+        return [
+            (
+                NOTE,
+                f"{path} has no pam_slurm_adopt: ssh logins to this node run outside "
+                'every job\'s namespace (README "Enforced by Slurm", ssh)',
+            )
+        ]
+    fix = (
+        f"fix: 'account required {PAM_MODULE}' right after pam_slurm_adopt and 'session "
+        f"required {PAM_MODULE}' in {path} (man pam_jobns)"
+    )
+    out: list[Finding] = []
+    if PAM_MODULE not in account[account.index(adopt) :] or PAM_MODULE not in session:
+        out.append(
+            (
+                PROBLEM,
+                f"{path}: pam_slurm_adopt adopts ssh sessions into jobs, but pam_jobns "
+                "does not follow it in the account stack and join in the session stack: "
+                f"adopted sessions run in the node's own /tmp and /dev/shm; {fix}",
+            )
+        )
+    else:
+        out.append((OK, f"{path}: pam_jobns follows pam_slurm_adopt (account, session)"))
+    if (
+        not any(glob.glob(f"{d}/{PAM_MODULE}") for d in ("/usr/lib/*/security", "/lib/*/security"))
+        and PAM_MODULE in account + session
+    ):
+        out.append(
+            (
+                PROBLEM,
+                f"{path} names {PAM_MODULE}, which is not installed (every ssh login "
+                "fails); fix: apt-get install jobns-slurm",
+            )
+        )
+    flags = slurm_values.get("prologflags", "").lower().split(",")
+    if "contain" not in flags:
+        out.append(
+            (
+                PROBLEM,
+                "pam_slurm_adopt adopts only into a job with an extern step, and "
+                "slurm.conf has no PrologFlags=Contain: every ssh login of a job's user is "
+                "refused; fix: PrologFlags=Contain in slurm.conf",
+            )
+        )
+    return out
+
+
+def slurm_namespace_plugins(slurm_values: dict[str, str]) -> list[Finding]:
+    """With [slurm] enforce = true, no Slurm namespace plugin besides: job_container/tmpfs
+    (JobContainerType=) or namespace/tmpfs, namespace/linux (NamespaceType=, 25.11+) put
+    every task in a namespace of their own too, and a task can be in only one."""
+    out: list[Finding] = []
+    for key, shown, none in (
+        ("jobcontainertype", "JobContainerType", "job_container/none"),
+        ("namespacetype", "NamespaceType", "namespace/none"),
+    ):
+        value = slurm_values.get(key, "")
+        if value and value.lower() != none:
+            out.append(
+                (
+                    PROBLEM,
+                    f"{shown}={value} is configured while jobns enforces every job's "
+                    "namespace ([slurm] enforce = true): each task would be put in two "
+                    f"namespaces and ends up in whichever came last; fix: remove {shown}= "
+                    "from slurm.conf (jobns gives /tmp, /var/tmp and /dev/shm), or unset "
+                    "enforce",
+                )
+            )
+    return out or [(OK, "no Slurm namespace plugin besides jobns's enforcement")]
+
+
 def cdi(directory: str, configured: bool = False) -> list[Finding]:
     """Container Device Interface specs are root's to write: a spec can add any mount and
     hook to a container. configured: it is [cdi] dir, where jobns setup writes each job's
@@ -710,7 +1075,11 @@ def cdi(directory: str, configured: bool = False) -> list[Finding]:
 
 
 def check(
-    config: config_mod.Config, slurm_conf: str, cdi_dir: str, cdi_configured: bool = False
+    config: config_mod.Config,
+    slurm_conf: str,
+    cdi_dir: str,
+    cdi_configured: bool = False,
+    sshd_pam_file: str = DEFAULT_SSHD_PAM,
 ) -> list[Finding]:
     found: list[Finding] = []
     found += kernel()
@@ -718,10 +1087,22 @@ def check(
     found += state_dir(config.state_dir)
     for role in ("local_base", "shm_base", "shared_base"):
         found += base(role, str(getattr(config, role)))
+        found += reachable(role, str(getattr(config, role)), config.enforce)
     for d in config.dirs:
         found += extra_dir(d)
+        found += reachable(f"[[dirs]] base of {d.path}:", d.base, config.enforce)
+    found += scratch_base(config)
+    found += disk_programs(config)
+    found += programs(config)
     found += propagation()
     found += slurm(slurm_conf, config.enforce)
+    found += scripts_by_name(slurm_conf)
+    found += slurm_commands(config, slurm_conf)
+    if config.enforce:
+        values = _slurm_values_or_none(slurm_conf)
+        if values is not None:
+            found += slurm_namespace_plugins(values)
+            found += sshd_pam(sshd_pam_file, values)
     found += cdi(cdi_dir, cdi_configured)
     return found
 

@@ -434,10 +434,11 @@ def acquire_tree(
             try:
                 if lock:
                     # Lock before looking inside: the job's last task removes a tree while
-                    # holding it exclusively, so we never judge one half removed. Root's
-                    # setup waits a bounded time: a user holding it (flock on her own
-                    # pre-made tree) must not hang the prolog.
-                    _share_lock(fd, tree.path, bounded=aside is not None)
+                    # holding it exclusively, so we never judge one half removed. Root
+                    # (setup, recover, the hook, gc) waits a bounded time: the tree root is
+                    # hers, so her flock on it (pre-made, or her capacity once it is
+                    # mounted and handed to her) must not hang a root program.
+                    _share_lock(fd, tree.path, bounded=aside is not None or os.geteuid() == 0)
                     if not _still_linked(parent, tree.name, fd):
                         os.close(fd)  # removed while we waited: start over
                         continue
@@ -487,7 +488,11 @@ def _share_lock(fd: int, path: str, bounded: bool) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise JobnsError(f"refuse {path}: someone holds it locked") from None
+                # Only its owner (the job's user) or root can open it to lock it.
+                raise UserError(
+                    f"refuse {path}: its owner holds it locked (flock) for more than "
+                    f"{LOCK_WAIT:.0f} s; release the lock and submit the job again"
+                ) from None
             time.sleep(0.05)
 
 

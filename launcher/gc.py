@@ -6,6 +6,9 @@ teardown that was interrupted, i.e. its record says so and nobody holds its lock
 A dead job gets the rest of its epilog by state (launcher.lifecycle.finish: outputs
 are staged out before anything is removed); a job Slurm still runs whose setup or
 epilog was interrupted is recovered by state like `jobns recover` does.
+Disk capacities: images and loop devices of jobs with no record (launcher.diskimage);
+a loop device a process outside a finished job still holds is named (a warning), since
+it counts in the node cap until that process ends.
 Also swept: job trees in the bases with no record and no running task (a node
 crash or reboot loses /run), temporary trees older than an hour, and trees teardown
 sealed and retired (<name>~removing-*, root's) because a writer outside the job kept
@@ -24,7 +27,7 @@ import subprocess
 import time
 
 from jobns.launcher import config as config_mod
-from jobns.launcher import fs, state
+from jobns.launcher import fs, state, sysprog
 from jobns.launcher import record as records
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.inputs import Options
@@ -54,7 +57,7 @@ TEMP_MAX_AGE = 3600.0
 SQUEUE_CHUNK = 200  # job ids per squeue call
 
 
-def slurm_job_states(job_ids: list[str]) -> dict[str, str] | None:
+def slurm_job_states(job_ids: list[str], bin_dir: str = "") -> dict[str, str] | None:
     """Slurm's state of each of these jobs (the ones recorded on this node: never the
     whole queue, which on a big cluster is a full-queue query per node). A numeric id
     missing from the answer is unknown to the controller (never a Slurm job, or ended
@@ -64,13 +67,13 @@ def slurm_job_states(job_ids: list[str]) -> dict[str, str] | None:
     numeric = [j for j in job_ids if j.isdigit()]  # anything else is no Slurm job id
     for i in range(0, len(numeric), SQUEUE_CHUNK):
         chunk = numeric[i : i + SQUEUE_CHUNK]
-        got = _squeue(chunk)
+        got = _squeue(chunk, bin_dir)
         if got is None and len(chunk) > 1:
             # The query failed as a whole (squeue does when an id is unknown, e.g. a lone
             # one on 22.05): ask per id, so one unknown id cannot hide the others.
             got = {}
             for job_id in chunk:
-                one = _squeue([job_id])
+                one = _squeue([job_id], bin_dir)
                 if one is None:
                     return None
                 got.update(one)
@@ -80,16 +83,20 @@ def slurm_job_states(job_ids: list[str]) -> dict[str, str] | None:
     return states
 
 
-def _squeue(job_ids: list[str]) -> dict[str, str] | None:
+def _squeue(job_ids: list[str], bin_dir: str) -> dict[str, str] | None:
     """{id: state} from one squeue call; {} for a lone id the controller does not know;
     None when the call failed."""
     try:
         r = subprocess.run(
-            ["squeue", "-h", "-a", "-t", "all", "-j", ",".join(job_ids), "-o", "%A %T"],
+            sysprog.argv(
+                ["squeue", "-h", "-a", "-t", "all", "-j", ",".join(job_ids), "-o", "%A %T"],
+                bin_dir,
+            ),
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
+            env=sysprog.environment(keep=("SLURM_CONF",)),  # never PATH, SQUEUE_*...
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -237,7 +244,7 @@ def main(opts: Options, _command: list[str]) -> int:
     problems = 0
     recorded_paths: set[str] = set()
     jobs = set(state.list_jobs(config.state_dir))
-    slurm = slurm_job_states(sorted(jobs)) if not opts.get("no_slurm") else None
+    slurm = slurm_job_states(sorted(jobs), config.slurm_bin) if not opts.get("no_slurm") else None
     alive = None if slurm is None else {j for j, st in slurm.items() if st in ALIVE_STATES}
     summary = {"dead_jobs": 0, "unknown_to_slurm": 0, "leftovers": 0, "problems": 0}
     for job_id in sorted(jobs):
@@ -335,8 +342,11 @@ def main(opts: Options, _command: list[str]) -> int:
     # devices, images; before the trees, so a mount on one is released properly.
     from jobns.launcher import diskimage
 
-    for note in diskimage.sweep(config, set(state.list_jobs(config.state_dir)), dry):
+    for note in diskimage.sweep(config, lambda: set(state.list_jobs(config.state_dir)), dry):
         say(note, dry=dry)
+    # Held by a process outside a finished job: nothing gc may take, so a warning each.
+    for entry in diskimage.stale(config):
+        say(f"jobns gc: warning: {diskimage.stale_line(entry)}", level="warning", dry=dry)
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
         summary["leftovers"] += 1

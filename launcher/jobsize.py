@@ -25,6 +25,8 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+from jobns.launcher import sysprog
+
 if TYPE_CHECKING:
     from jobns.launcher.config import Config
     from jobns.launcher.job import Job
@@ -40,7 +42,7 @@ def requested(config: Config, job: Job) -> dict[str, int]:
     """{"tmp": bytes, "shm": bytes} as far as the site's options find them."""
     out: dict[str, int] = {}
     if config.capacity.get("tmp_from_slurm") == "scontrol":
-        tmp = slurm_tmp(job.job_id)
+        tmp = slurm_tmp(job.job_id, config.slurm_bin)
         if tmp:
             out["tmp"] = tmp
     fraction = config.capacity.get("shm_memory_fraction")
@@ -66,17 +68,18 @@ def parse_tmp(text: str) -> int | None:
     return None
 
 
-def slurm_tmp(job_id: str) -> int | None:
+def slurm_tmp(job_id: str, bin_dir: str = "") -> int | None:
     if not job_id.isdigit() and "_" not in job_id:
         return None
     try:
         r = subprocess.run(
-            ["scontrol", "show", "job", "-o", job_id],
+            sysprog.argv(["scontrol", "show", "job", "-o", job_id], bin_dir),
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
             stdin=subprocess.DEVNULL,
+            env=sysprog.environment(keep=("SLURM_CONF",)),  # never PATH, SCONTROL_*...
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         sys.stderr.write(f"jobns: warning: scontrol show job {job_id}: {e}; no --tmp size\n")

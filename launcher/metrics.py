@@ -227,6 +227,28 @@ def status_text(
     return render(jobs, gc, warning)
 
 
+def stale_disk_text(held: list[dict[str, object]]) -> str:
+    """The stale disk capacities (launcher.diskimage.stale) as two gauges, appended to
+    render()'s text."""
+    out = _Out()
+    out.family(
+        "jobns_stale_disk_capacities",
+        "gauge",
+        "Loop devices still attached to a finished job's deleted disk image (a process "
+        "outside the job holds its file system); each counts in the node cap.",
+        [("", float(len(held)))],
+    )
+    sizes = [e.get("bytes") for e in held]
+    total = sum(b for b in sizes if isinstance(b, int))
+    out.family(
+        "jobns_stale_disk_capacity_bytes",
+        "gauge",
+        "Bytes of the node cap the stale disk capacities take.",
+        [("", float(total))],
+    )
+    return "\n".join(out.lines) + "\n"
+
+
 def write_textfile(path: str, text: str) -> None:
     """Replace path atomically (a temporary name in the same directory, then rename), mode
     0644: node_exporter's textfile collector never reads half a file."""

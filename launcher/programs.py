@@ -10,6 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+from jobns.launcher import sysprog
 from jobns.launcher.fastimport import set_pdeathsig
 from jobns.launcher.record import host_dirs, job_of
 from jobns.launcher.staging import Staging
@@ -25,10 +26,8 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
     from jobns.launcher.environment import job_environment
 
     job = job_of(record)
-    env = {
-        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG": "C.UTF-8",
-    }
+    # Root's fixed PATH (launcher.sysprog), never the caller's: slurmd gives none.
+    env = {"PATH": sysprog.PATH, "LANG": "C.UTF-8"}
     env.update({k: v for k, v in os.environ.items() if k.startswith("SLURM_")})
     env.update(job_environment(config, job))
     staging = Staging.from_record(record.staging)
@@ -75,7 +74,7 @@ def run_program(config: Config, record: Record, phase: str) -> str | None:
         # It dies with jobns (as Slurm kills running burst-buffer scripts when slurmctld
         # stops): `jobns recover` runs it again, never alongside an orphaned copy.
         proc = subprocess.Popen(
-            argv,
+            sysprog.argv(argv),  # absolute already (launcher.config requires it)
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr.fileno(),
             stderr=sys.stderr.fileno(),

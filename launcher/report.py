@@ -247,13 +247,16 @@ def status_main(opts: Options, _command: list[str]) -> int:
         raise JobnsError("status: --output needs --format prometheus")
     jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
+    from jobns.launcher.diskimage import stale
+
+    held = stale(config)  # disk capacities a process outside a finished job still holds
     from jobns.launcher.mountinfo import propagation_warning
 
     warning = propagation_warning()
     if fmt == "prometheus":  # for node_exporter's textfile collector (launcher.metrics)
-        from jobns.launcher.metrics import status_text
+        from jobns.launcher.metrics import stale_disk_text, status_text
 
-        text = status_text(config.state_dir, jobs, warning, tree_bytes)
+        text = status_text(config.state_dir, jobs, warning, tree_bytes) + stale_disk_text(held)
         if opts.get("output"):
             from jobns.launcher.metrics import write_textfile
 
@@ -269,7 +272,8 @@ def status_main(opts: Options, _command: list[str]) -> int:
         for problem in doctor.enforcement_problems(doctor.slurm_conf_path()):
             sys.stderr.write(f"jobns: warning: jobs are not enforced: {problem}\n")
     if fmt == "json":
-        print(json.dumps({"jobs": jobs, "users": totals}, indent=2, sort_keys=True))
+        doc = {"jobs": jobs, "users": totals, "stale_disks": held}
+        print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
     from jobns.launcher.metrics import fill_capacity_bytes
 
@@ -297,4 +301,15 @@ def status_main(opts: Options, _command: list[str]) -> int:
         print("\nPER USER")
         for name, t in sorted(totals.items()):
             print(f"  {name:<12} {t['jobs']} job(s) {human(t['bytes']):>9}")
+    print_stale(held)
     return 0
+
+
+def print_stale(held: list[dict[str, object]]) -> None:
+    """The table's section on stale disk capacities (launcher.diskimage.stale_line)."""
+    if held:
+        from jobns.launcher.diskimage import stale_line
+
+        print("\nSTALE DISK CAPACITIES (held after their job ended; counted in the node cap)")
+        for entry in held:
+            print(f"  {stale_line(entry)}")

@@ -295,6 +295,8 @@ class Transfer:
     def _move_with_tool(self, sfd: int, dfd: int, name: str, spath: str, dpath: str) -> None:
         import subprocess
 
+        from jobns.launcher import sysprog
+
         assert self.movetool is not None
         src, part = f"{spath}/{name}", part_name(name)
         part_path = f"{dpath}/{part}"
@@ -313,11 +315,11 @@ class Transfer:
             # Dies with the worker: an orphaned tool would go on writing into the part
             # directory a later run reuses.
             r = subprocess.run(
-                argv,
+                sysprog.argv(argv),  # never through PATH (launcher.sysprog)
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 cwd="/",
-                env=_tool_env(),
+                env=sysprog.environment(_tool_env()),
                 check=False,
                 timeout=self.timeout or None,
                 preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),

@@ -474,7 +474,36 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                        'slurm': {'additionalProperties': False,
                                                  'description': 'Slurm integration (README '
                                                                 "'Enforced by Slurm').",
-                                                 'properties': {'enforce': {'description': 'The '
+                                                 'properties': {'bin_dir': {'description': 'Where '
+                                                                                           "Slurm's "
+                                                                                           'commands '
+                                                                                           '(scontrol, '
+                                                                                           'squeue) '
+                                                                                           'are '
+                                                                                           'when '
+                                                                                           'they '
+                                                                                           'are '
+                                                                                           'not in '
+                                                                                           '/usr/sbin, '
+                                                                                           '/usr/bin, '
+                                                                                           '/sbin, '
+                                                                                           '/bin '
+                                                                                           'or '
+                                                                                           '/usr/local: '
+                                                                                           'searched '
+                                                                                           'first. '
+                                                                                           'Root '
+                                                                                           'never '
+                                                                                           'searches '
+                                                                                           'PATH '
+                                                                                           '(slurmd '
+                                                                                           'gives '
+                                                                                           'its '
+                                                                                           'prolog '
+                                                                                           'none).',
+                                                                            'pattern': '^/',
+                                                                            'type': 'string'},
+                                                                'enforce': {'description': 'The '
                                                                                            'SPANK '
                                                                                            'plugin '
                                                                                            'puts '

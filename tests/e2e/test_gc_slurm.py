@@ -5,9 +5,10 @@ Slurm does not know (issue 14: "gc that scales").
 
 The jobs gc judges live in a sandbox's state directory; their ids are those of real Slurm
 jobs (one running, one completed) and ids the controller never saw. A wrapper named
-squeue, first on gc's PATH, records every call and passes it to the real squeue (or, on
-request, fails a multi-id query as a whole, or fails every query as an unreachable
-controller does)."""
+squeue, in the directory the config names as Slurm's ([slurm] bin_dir: root never
+searches PATH), records every call and passes it to the real squeue (or, on request,
+fails a multi-id query as a whole, or fails every query as an unreachable controller
+does)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
 WRAPPER = """#!/bin/sh
 echo "$*" >> {log}
-case "$JOBNS_TEST_SQUEUE" in
+case "$(cat {mode})" in
     multi-fails) case "$*" in *-j\\ *,*) echo "slurm_load_jobs error: Invalid job id specified" >&2
                                         exit 1 ;; esac ;;
     down) echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1 ;;
@@ -72,19 +73,18 @@ class Gc:
         self.bin = box.root / "bin"
         self.bin.mkdir()
         self.calls = box.root / "squeue.calls"
+        self.mode = box.root / "squeue.mode"
         real = shutil.which("squeue")
         assert real is not None
         wrapper = self.bin / "squeue"
-        wrapper.write_text(WRAPPER.format(log=self.calls, real=real))
+        wrapper.write_text(WRAPPER.format(log=self.calls, mode=self.mode, real=real))
         wrapper.chmod(0o755)
+        box.write_config(f'[slurm]\nbin_dir = "{self.bin}"\n')
 
     def run(self, mode: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
         self.calls.write_text("")
-        env = {
-            "PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-            "JOBNS_TEST_SQUEUE": mode,
-        }
-        r = self.box.run(["gc"], env=env, timeout=120)
+        self.mode.write_text(mode)
+        r = self.box.run(["gc"], timeout=120)
         return r, self.calls.read_text().splitlines()
 
 

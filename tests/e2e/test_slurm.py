@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,21 +36,30 @@ def cluster() -> Iterator[Path]:
         shutil.which("sbatch") is not None and slurm_with_jobns(),
         "Slurm with the jobns prolog/epilog is not running (ci/start-slurm --jobns)",
     )
-    saved = CONFIG.read_bytes() if CONFIG.exists() else None
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "shared").mkdir(parents=True)
     (WORK / "work").mkdir()
     (WORK / "work").chmod(0o1777)
-    CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG.write_text(f'shared_base = "{WORK}/shared"\nkill_wait = 2\n')
     try:
-        yield WORK / "work"
+        with site_config(f'shared_base = "{WORK}/shared"\nkill_wait = 2\n'):
+            yield WORK / "work"
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+@contextmanager
+def site_config(text: str) -> Iterator[None]:
+    """The cluster's jobns.toml is text while this lasts, then what it was."""
+    saved = CONFIG.read_bytes() if CONFIG.exists() else None
+    CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    CONFIG.write_text(text)
+    try:
+        yield
     finally:
         if saved is None:
             CONFIG.unlink()
         else:
             CONFIG.write_bytes(saved)
-        shutil.rmtree(WORK, ignore_errors=True)
 
 
 def sbatch(user: OsUser, work: Path, script: str, *opts: str, wait: bool = True) -> str:

@@ -105,8 +105,9 @@ def test_the_exec_start_commands_clean_up_after_a_crash(
         d.chmod(0o1777)
         os.chown(d, alice.uid, alice.gid)
     os.chown(left, alice.uid, alice.gid)
-    # As systemd runs them: the unit's environment (here: the sandbox's config; no
-    # squeue on PATH, as before slurmd and munge are up).
+    # As systemd runs them: the unit's environment (here: the sandbox's config and a PATH
+    # without Slurm, which jobns never searches; these ids are no Slurm job's, so their
+    # records decide).
     env = {"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/local/sbin:/nonexistent"}
     for name in ("jobns-boot.service", "jobns-gc.service"):
         for argv in exec_starts(name):

@@ -296,27 +296,6 @@ def _kill_when_stopped(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
-def test_tmp_size_from_slurm_tmp_through_scontrol(sandbox: Sandbox, users: list[OsUser]) -> None:
-    """With tmp_from_slurm = "scontrol": the job's --tmp (MinTmpDiskNode, MB by default)
-    when it gives no directive; a directive still wins."""
-    base = disk_config(sandbox, 'tmp_from_slurm = "scontrol"\n')
-    bin_dir = sandbox.root / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "scontrol"
-    fake.write_text('#!/bin/sh\necho "JobId=$4 JobName=x MinTmpDiskNode=80M Features=(null)"\n')
-    fake.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
-    r = sandbox.run(["setup", "--job-id", "41", "--user", users[0].name], env=env)
-    assert r.returncode == 0, r.stderr
-    assert (base / "jobns-local-41.img").stat().st_size == 80 * MI
-    r = setup(sandbox, "42", users[0], "tmp capacity=64MiB", env=env)
-    assert r.returncode == 0, r.stderr
-    assert (base / "jobns-local-42.img").stat().st_size == 64 * MI
-    for job in ("41", "42"):
-        assert sandbox.run(["teardown", "--job-id", job]).returncode == 0
-    assert_nothing_left(sandbox, base)
-
-
 def test_shm_size_from_a_fraction_of_the_memory_cgroup(
     sandbox: Sandbox, users: list[OsUser]
 ) -> None:
@@ -393,3 +372,34 @@ def test_a_held_file_system_does_not_stop_teardown_and_is_shut_down(
         holder.kill()
         holder.wait()
     assert_nothing_left(sandbox, base)
+
+
+@pytest.mark.parametrize(("fstype", "too_small"), [("ext4", 60 * 1024), ("xfs", 300 * MI - 4096)])
+def test_the_file_system_minimums_hold_for_this_mkfs(
+    tmp_path: Path, fstype: str, too_small: int
+) -> None:
+    """launcher.config.FS_MIN_BYTES against the real mkfs, with make_fs's options: the
+    minimum is made (and mounts, with room for the job's directories); below the real
+    limit mkfs fails, which is why setup rounds a smaller request up."""
+    from jobns.launcher import diskimage
+    from jobns.launcher.config import FS_MIN_BYTES
+    from jobns.launcher.errors import JobnsError
+
+    image = tmp_path / "x.img"
+    image.touch()
+    os.truncate(image, too_small)
+    with pytest.raises(JobnsError, match=f"mkfs.{fstype}") as e:
+        diskimage.make_fs(str(image), fstype, 0, 0)
+    assert "\n" not in str(e.value)  # one line, not mkfs.xfs's usage text
+    os.truncate(image, FS_MIN_BYTES[fstype])
+    diskimage.make_fs(str(image), fstype, 0, 0)
+    point = tmp_path / "m"
+    point.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(point)], check=True)
+    try:
+        for d in ("tmp", "var_tmp", "tmp/pmix", "tmp/pmix/a", "tmp/pmix/b"):
+            (point / d).mkdir()
+        (point / "tmp" / "f").write_bytes(b"x" * 4096)
+        assert os.statvfs(point).f_favail >= 50
+    finally:
+        subprocess.run(["umount", str(point)], check=True)

@@ -42,10 +42,10 @@ def test_sizes_are_seed_003_units_and_stored_as_bytes() -> None:
     assert [e["size"] for e in entries] == [8 * 1024**2, 2 * 1000**3]
     a, b = load_text(
         entry(backing='"tmpfs"', size='"8MiB"', options='["ro", "noexec", "ro"]')
-        + '[[dirs]]\npath = "/local"\nbase = "/data/jobns"\nbacking = "disk"\nsize = 4096\n'
+        + '[[dirs]]\npath = "/local"\nbase = "/data/jobns"\nbacking = "disk"\nsize = 4194304\n'
     ).dirs
     assert (a.backing, a.size, a.options) == ("tmpfs", 8 * 1024**2, ("noexec", "ro"))
-    assert (b.backing, b.size) == ("disk", 4096)
+    assert (b.backing, b.size) == ("disk", 4 * 1024**2)
 
 
 def load_text(text: str) -> Config:

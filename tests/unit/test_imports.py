@@ -41,6 +41,7 @@ LOW = {
     "launcher.validate",
     "launcher.environment",
     "launcher.directives",  # a leaf parser: config parses [[dirs]] sizes with it
+    "launcher.sysprog",  # where root's programs are: diskimage, jobsize, gc... use it
 }
 
 

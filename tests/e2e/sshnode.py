@@ -1,0 +1,220 @@
+"""A node installed from the Debian packages and reached by ssh, as a site runs it.
+
+Two rig containers from the jobns-rig-base image (bookworm + Slurm 22.05): `ctl` (the
+controller, where users submit and ssh from) and `node1` (the compute node). Both get
+`apt-get install ./jobns_*.deb ./jobns-slurm_*.deb openssh-server libpam-slurm-adopt`
+from a local repository (containers/debs.py: no network), and are configured as README
+"Enforced by Slurm" says for a packaged install:
+  - /etc/jobns/jobns.toml: [slurm] enforce = true (node1);
+  - /etc/slurm/plugstack.conf.d/jobns.conf: the shipped line uncommented (both);
+  - slurm.conf: Prolog=/etc/jobns/slurm/prolog, Epilog=/etc/jobns/slurm/epilog,
+    PrologFlags=Contain (pam_slurm_adopt adopts only into jobs with an extern step);
+  - /etc/pam.d/sshd (node1): Debian's, plus `account required pam_slurm_adopt.so` and
+    `account required pam_jobns.so` after common-account and `session required
+    pam_jobns.so` at the end; pam_loginuid made optional (a container has no
+    CAP_AUDIT_CONTROL: that is the container's limit, not the site's);
+  - sshd on node1 port 2222 (NET_BIND_SERVICE is not in the rig's capability set), key
+    authentication only, AcceptEnv also SLURM_JOB_ID (the worst a site could allow).
+Users alice, bob (ordinary) and carol (in group jobnsadmin, pam_jobns's admin_group) log
+in with keys made on ctl.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from containers import debs as debs_mod
+from containers import images
+from containers.errors import RigError
+from containers.rig import ExecResult, Node, Rig
+from containers.slurm import SlurmCluster
+
+EXTRA = ("openssh-server", "libpam-slurm-adopt")
+USERS = (("alice", 1001), ("bob", 1002), ("carol", 1003))
+ADMIN_GROUP = "jobnsadmin"
+PORT = 2222
+PAM_ARGS = f"admin_group={ADMIN_GROUP}"
+SSH = [
+    "ssh",
+    "-p",
+    str(PORT),
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=INFO",
+    "-o",
+    "ConnectTimeout=20",
+]
+STATE = "/run/jobns/jobs"
+
+
+@functools.cache
+def packages(client: Any) -> tuple[str, list[Path], Path]:
+    """(base image, [jobns .deb, jobns-slurm .deb], dependency repository), built once
+    per test session."""
+    base, _ = images.build_base(client, images.host_mirror(), False, lambda _m: None)
+    out = Path(tempfile.mkdtemp(prefix="jobns-debs-"))
+    built = debs_mod.build(out)
+    repo = debs_mod.dependency_repo(
+        client, base, out / "repo", packages=[*(str(d) for d in built), *EXTRA]
+    )
+    return base, built, repo
+
+
+def prepare(node: Node, built: list[Path], repo: Path) -> None:
+    """Install the packages as a site does, and what the base image lacks for Slurm."""
+    # Rig writes a jobns.toml of its own: the package brings its commented one
+    node.exec(["rm", "-f", "/etc/jobns/jobns.toml"]).check("remove the rig's jobns.toml")
+    debs_mod.install(node, built, repo, extra=EXTRA)
+    users = " && ".join(
+        f"useradd --create-home --user-group --uid {uid} --shell /bin/sh {name}"
+        for name, uid in USERS
+    )
+    node.sh(
+        f"{users} && groupadd {ADMIN_GROUP} && usermod -aG {ADMIN_GROUP} carol"
+        " && mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge"
+        " && chown -R munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge"
+        # the shipped plugstack line, enabled as the comment in it says
+        " && sed -i 's|^#required |required |' /etc/slurm/plugstack.conf.d/jobns.conf"
+    ).check(f"prepare {node.hostname}")
+
+
+PAM_EDIT = r"""
+set -e
+f=/etc/pam.d/sshd
+sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' $f
+sed -i "/^@include common-account/a account required pam_slurm_adopt.so\n\
+account required pam_jobns.so ARGS" $f
+printf 'session required pam_jobns.so ARGS\n' >> $f
+mkdir -p /run/sshd
+/usr/sbin/sshd -p PORT -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \
+    -o "AcceptEnv=LANG LC_* SLURM_JOB_ID"
+"""
+
+
+class SshCluster:
+    def __init__(self, rig: Rig, slurm: SlurmCluster) -> None:
+        self.rig = rig
+        self.slurm = slurm
+        self.ctl = rig.node("ctl")
+        self.node = rig.node("node1")
+
+    # -- jobs ------------------------------------------------------------------------
+    def allocate(self, user: str, *options: str) -> str:
+        """`salloc --no-shell` as user on node1: a job with no step but its extern one;
+        returns its id once jobns setup finished there (running, or refused)."""
+        r = self.ctl.exec(["salloc", "--no-shell", "-w", "node1", "-t", "10", *options], user=user)
+        m = re.search(r"Granted job allocation (\d+)", r.stdout + r.stderr)
+        if m is None:
+            raise RigError(f"salloc as {user}: {r}\n{self.slurm.logs()}")
+        job = m.group(1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            env = self.node.exec(["cat", f"{STATE}/{job}/run.env"])
+            ready = env.exit_code == 0 and (
+                "closed=refused" in env.stdout or "closed=" not in env.stdout
+            )
+            if ready and self.slurm.job_state(job)[0] == "RUNNING":
+                return job
+            time.sleep(0.2)
+        raise RigError(f"job {job} of {user} not set up on node1 after 60s\n{self.slurm.logs()}")
+
+    def end(self, job: str, timeout: float = 60) -> None:
+        """scancel, then wait until its epilog (jobns teardown) removed its state."""
+        self.slurm.scancel(job)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            gone = self.node.exec(["test", "-e", f"{STATE}/{job}"]).exit_code != 0
+            if gone and not self.slurm.in_queue(job):
+                return
+            time.sleep(0.2)
+        raise RigError(f"job {job} still on node1 {timeout:g}s after scancel")
+
+    def step(self, user: str, job: str, command: str) -> ExecResult:
+        """An `srun --overlap` step of the job on node1."""
+        return self.ctl.exec(
+            ["srun", f"--jobid={job}", "--overlap", "-w", "node1", "sh", "-c", command],
+            user=user,
+            timeout=60,
+        )
+
+    # -- ssh -------------------------------------------------------------------------
+    def ssh(
+        self, user: str, command: str, env: dict[str, str] | None = None, login: str = ""
+    ) -> ExecResult:
+        """`ssh -p 2222 [login@]node1 COMMAND` as user from ctl (with user's key); env is
+        sent with SendEnv."""
+        send = [a for k in env or {} for a in ("-o", f"SendEnv={k}")]
+        prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())]
+        target = f"{login}@node1" if login else "node1"
+        return self.ctl.exec([*prefix, *SSH, *send, target, command], user=user, timeout=60)
+
+    def ssh_background(self, user: str, command: str, log: str) -> None:
+        """The same, left running (its output in log on ctl)."""
+        argv = shlex.join([*SSH, "node1", command])
+        self.ctl.sh(f"setsid {argv} >{log} 2>&1 </dev/null &", user=user).check("ssh in bg")
+
+    def host(self, command: str) -> ExecResult:
+        """A command on node1 in the node's own namespaces, as root."""
+        return self.node.sh(command)
+
+
+@contextmanager
+def ssh_cluster(client: Any) -> Iterator[SshCluster]:
+    base, built, repo = packages(client)
+    with Rig(base, hostnames=["ctl", "node1"], client=client) as rig:
+        for n in rig.nodes:
+            prepare(n, built, repo)
+        keys = []
+        for name, _ in USERS:
+            rig.node("ctl").exec(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-f",
+                    f"/home/{name}/.ssh/id_ed25519",
+                ],
+                user=name,
+            ).check(f"ssh key of {name}")
+            pub = rig.node("ctl").exec(["cat", f"/home/{name}/.ssh/id_ed25519.pub"]).stdout
+            keys.append((name, pub))
+        node = rig.node("node1")
+        for name, pub in keys:
+            node.put_file(f"/home/{name}/.ssh/authorized_keys", pub, mode=0o600)
+            node.exec(["chown", "-R", f"{name}:{name}", f"/home/{name}/.ssh"]).check("chown")
+        node.put_file("/root/.ssh/authorized_keys", keys[0][1], mode=0o600)  # alice's key
+        node.put_file("/etc/jobns/jobns.toml", "[slurm]\nenforce = true\n")
+        slurm = SlurmCluster(
+            rig,
+            "ctl",
+            ["node1"],
+            extra={
+                "Prolog": "/etc/jobns/slurm/prolog",
+                "Epilog": "/etc/jobns/slurm/epilog",
+                "PrologFlags": "Contain",
+            },
+        )
+        # several users' jobs at once on the one node (render_conf gives it 1 CPU)
+        slurm.conf = slurm.conf.replace(" CPUs=1 ", " CPUs=2 ").replace(
+            " State=UP", " OverSubscribe=FORCE:4 State=UP"
+        )
+        slurm.start()
+        script = PAM_EDIT.replace("ARGS", PAM_ARGS).replace("PORT", str(PORT))
+        node.sh(script).check("configure and start sshd on node1")
+        yield SshCluster(rig, slurm)

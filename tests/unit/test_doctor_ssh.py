@@ -1,0 +1,135 @@
+"""`jobns doctor`'s checks for an enforced node reached by ssh (issue 22): sshd's PAM
+stack (pam_jobns after pam_slurm_adopt, PrologFlags=Contain) and no Slurm namespace
+plugin beside jobns's enforcement; and hints that name this installation's paths."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobns.launcher import doctor
+
+DEBIAN_SSHD = """\
+@include common-auth
+account    required     pam_nologin.so
+@include common-account
+{account}
+session [success=ok ignore=ignore module_unknown=ignore default=bad]        pam_selinux.so close
+session    required     pam_loginuid.so
+@include common-session
+session    required     pam_env.so user_readenv=1 envfile=/etc/default/locale
+{session}
+"""
+ADOPT = "account required pam_slurm_adopt.so"
+JOIN_ACCOUNT = "account required pam_jobns.so admin_group=hpcadmin"
+JOIN_SESSION = "-session required pam_jobns.so"
+
+
+def pam(tmp_path: Path, account: str, session: str) -> str:
+    (tmp_path / "common-account").write_text("account [success=1 default=ignore] pam_unix.so\n")
+    (tmp_path / "common-session").write_text("session required pam_unix.so\n")
+    (tmp_path / "common-auth").write_text("auth required pam_unix.so\n")
+    path = tmp_path / "sshd"
+    path.write_text(DEBIAN_SSHD.format(account=account, session=session))
+    return str(path)
+
+
+def kinds(found: list[tuple[str, str]]) -> list[str]:
+    return [k for k, _ in found]
+
+
+CONTAIN = {"prologflags": "Alloc,Contain"}
+
+
+def test_pam_stack_follows_includes_controls_and_optional_modules(tmp_path: Path) -> None:
+    stack = doctor.pam_stack(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION))
+    assert ("account", "pam_unix.so") in stack  # from common-account
+    assert ("session", "pam_selinux.so") in stack  # [..] control spanning words
+    assert stack[-1] == ("session", "pam_jobns.so")  # "-session" counts
+
+
+def test_pam_jobns_after_pam_slurm_adopt_with_contain_is_ok(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("glob.glob", lambda _p: ["/usr/lib/x/security/pam_jobns.so"])
+    found = doctor.sshd_pam(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION), CONTAIN)
+    assert kinds(found) == ["ok"], found
+
+
+@pytest.mark.parametrize(
+    ("account", "session"),
+    [
+        (ADOPT, ""),  # no pam_jobns at all
+        (f"{ADOPT}\n{JOIN_ACCOUNT}", ""),  # checks but never joins
+        (f"{JOIN_ACCOUNT}\n{ADOPT}", JOIN_SESSION),  # before SLURM_JOB_ID is set
+        (ADOPT, JOIN_SESSION),  # joins what the session's PAM environment says
+    ],
+)
+def test_pam_jobns_missing_or_misplaced_is_a_problem_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, account: str, session: str
+) -> None:
+    monkeypatch.setattr("glob.glob", lambda _p: ["/usr/lib/x/security/pam_jobns.so"])
+    found = doctor.sshd_pam(pam(tmp_path, account, session), CONTAIN)
+    assert kinds(found) == ["problem"], found
+    assert "'account required pam_jobns.so' right after pam_slurm_adopt" in found[0][1]
+
+
+def test_no_contain_or_no_module_file_are_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("glob.glob", lambda _p: [])
+    found = doctor.sshd_pam(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION), {})
+    assert kinds(found) == ["ok", "problem", "problem"], found
+    assert "apt-get install jobns-slurm" in found[1][1]
+    assert "PrologFlags=Contain" in found[2][1]
+
+
+def test_no_pam_slurm_adopt_or_no_sshd_is_a_note(tmp_path: Path) -> None:
+    assert kinds(doctor.sshd_pam(pam(tmp_path, "", ""), CONTAIN)) == ["note"]
+    assert kinds(doctor.sshd_pam(str(tmp_path / "none"), CONTAIN)) == ["note"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"jobcontainertype": "job_container/tmpfs"},
+        {"namespacetype": "namespace/linux"},
+        {"namespacetype": "namespace/tmpfs", "jobcontainertype": "job_container/none"},
+    ],
+)
+def test_a_slurm_namespace_plugin_beside_enforcement_is_a_problem(values: dict[str, str]) -> None:
+    found = doctor.slurm_namespace_plugins(values)
+    assert kinds(found) == ["problem"], found
+    assert "fix: remove" in found[0][1]
+
+
+def test_no_slurm_namespace_plugin_is_ok() -> None:
+    for values in ({}, {"jobcontainertype": "job_container/none"}):
+        assert kinds(doctor.slurm_namespace_plugins(values)) == ["ok"]
+
+
+def test_check_runs_the_ssh_checks_only_when_enforced(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("JobContainerType=job_container/tmpfs\n")
+    sshd = pam(tmp_path, ADOPT, "")
+    from jobns.launcher import config as config_mod
+
+    for enforce in (False, True):
+        config = config_mod.Config({"slurm": {"enforce": enforce}}, "test")
+        found = [
+            t
+            for _k, t in doctor.check(config, str(conf), str(tmp_path / "cdi"), sshd_pam_file=sshd)
+            if "pam_jobns" in t or "besides jobns" in t or "while jobns enforces" in t
+        ]
+        assert bool(found) == enforce, found
+
+
+def test_hints_name_this_installations_jobns_and_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
+    assert doctor.installed_jobns() == "/usr/bin/jobns"
+    assert doctor.installed_spank_plugin().endswith("/slurm-wlm/jobns_spank.so")
+    monkeypatch.setattr(sys, "executable", "/opt/jobns/venv/bin/python")
+    assert doctor.installed_jobns() == "/opt/jobns/venv/bin/jobns"
+    assert doctor.installed_spank_plugin() == "/opt/jobns/lib/jobns_spank.so"
