@@ -227,7 +227,7 @@ def test_a_dirs_base_the_job_user_cannot_enter(node: Node, users: list[OsUser]) 
     assert as_slurmd(box, "teardown", "d2", alice).returncode == 0
     # Enforced, root makes the namespace: 0700 is fine, and doctor says nothing.
     base.chmod(0o700)
-    node.plugstack.write_text(f"optional {node.so}\n")
+    node.plugstack.write_text(f"required {node.so}\n")
     box.write_config(extra="[slurm]\nenforce = true\n" + entry)
     code, problems, lines = node.doctor()
     assert (code, problems) == (0, []), lines
