@@ -219,8 +219,7 @@ def _warn_propagation_once(state_dir: str) -> None:
     warning = propagation_warning()
     if warning:
         warn(f"warning: {warning}")
-    with open(marker, "w"):
-        pass
+    state.touch(marker, "the once-per-boot marker")
 
 
 def _show(value: object) -> str:
