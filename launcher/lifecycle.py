@@ -509,7 +509,7 @@ def finish(
                     else ""
                 )
                 raise UserError(
-                    f"stage-out of job {job_id} failed ({len(errors)} problem(s), listed "
+                    f"stage-out of job {job_id} failed (the problems are listed "
                     f"above); the job is kept in staging-out and every output is whole in "
                     f"{where or 'the job directories'}: fix the problem and run jobns "
                     "teardown again (it resumes), or jobns teardown --hurry to discard what "
