@@ -10,7 +10,7 @@ import pytest
 from jobns.launcher import capacity, config, diskimage, jobsize, loop, metrics
 from jobns.launcher.config import Config, parse
 from jobns.launcher.directives import DirectiveError, parse_script
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError, UserError
 
 MI = 1024**2
 
@@ -200,3 +200,16 @@ def test_stale_device_line_and_metrics() -> None:
     assert "jobns_stale_disk_capacities 2\n" in text
     assert f"jobns_stale_disk_capacity_bytes {128 * MI}\n" in text
     assert metrics.stale_disk_text([]).count(" 0\n") == 2
+
+
+def test_a_tmp_request_from_slurm_over_tmp_max_is_the_users_error() -> None:
+    """sbatch --tmp over the site's cap refuses her job (UserError); a prolog that
+    exited 125 for it drained the node (issue 20)."""
+    c = cfg('[capacity]\ntmp_max = "100MiB"\n')
+    with pytest.raises(UserError, match="the job's --tmp request"):
+        capacity.plan(c, None, "local", scheduler={"tmp": 1 << 30})
+    # the site's own default over its cap stays the site's fault
+    bad = cfg('[capacity]\ntmp_max = "100MiB"\ntmp_default = "1GiB"\n')
+    with pytest.raises(DirectiveError) as e:
+        capacity.plan(bad, None, "local")
+    assert not isinstance(e.value, UserError)
