@@ -18,7 +18,8 @@ import secrets
 RIG = "org.jobns.rig"
 OWNER = "org.jobns.rig.owner"
 ROLE = "org.jobns.rig.role"  # "node", "network", "shared-volume", "probe"
-IMAGE = "org.jobns.rig.image"  # on images: "base", "deps" or "node"
+IMAGE = "org.jobns.rig.image"  # on images: "base" or "node"
+RELEASE = "org.jobns.rig.release"  # on images: the Debian suite (containers.images.RELEASES)
 INPUTS = "org.jobns.rig.inputs"  # on images: the content hash in the tag
 
 

@@ -65,4 +65,15 @@ MINIMUM = Privileges(
     security_opt=("apparmor=unconfined",),
 )
 
-BY_NAME = {p.name: p for p in (BROAD, MINIMUM)}
+
+# MINIMUM, plus what rootless runc needs inside a node (`srun --container`): its
+# container init makes a session keyring (keyctl(2)), which docker's default seccomp
+# profile refuses ("unable to join session keyring: ... operation not permitted").
+ROOTLESS_RUNC = Privileges(
+    "rootless-runc",
+    MINIMUM.cap_add,
+    MINIMUM.cap_drop,
+    (*MINIMUM.security_opt, "seccomp=unconfined"),
+)
+
+BY_NAME = {p.name: p for p in (BROAD, MINIMUM, ROOTLESS_RUNC)}

@@ -23,6 +23,7 @@ every rig start.
 from __future__ import annotations
 
 import argparse
+import glob
 import io
 import os
 import shlex
@@ -74,17 +75,35 @@ def as_user(user: str, argv: Sequence[str]) -> list[str]:
 
 
 def toml(config: Mapping[str, object]) -> str:
-    """The flat key = value TOML jobns reads (strings, numbers, booleans)."""
-    lines = []
-    for key, value in config.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            text = repr(value)
-        else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        lines.append(f"{key} = {text}")
+    """The TOML jobns reads: key = value lines (strings, numbers, booleans), then a
+    [table] for each Mapping value (e.g. {"capacity": {"tmp_backing": "disk"}})."""
+    lines = [f"{key} = {_toml_value(v)}" for key, v in config.items() if not isinstance(v, Mapping)]
+    for table, values in config.items():
+        if isinstance(values, Mapping):
+            lines.append(f"[{table}]")
+            lines += [f"{key} = {_toml_value(v)}" for key, v in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def loop_devices() -> dict[str, Any]:
+    """docker's run() arguments that give a node the host's loop devices (disk
+    capacities attach images to them): /dev/loop-control and every /dev/loopN the host
+    has now (a container's /dev is its own: a device the kernel adds later, e.g. when
+    all of these are busy, does not appear in it), and the device cgroup's leave to use
+    any loop device (block major 7) and loop-control (char 10:237)."""
+    found = sorted(glob.glob("/dev/loop[0-9]*"), key=lambda d: int(d[len("/dev/loop") :]))
+    return {
+        "devices": [f"{d}:{d}:rwm" for d in ["/dev/loop-control", *found]],
+        "device_cgroup_rules": ["b 7:* rwm", "c 10:237 rwm"],
+    }
 
 
 class Node:
@@ -124,6 +143,20 @@ class Node:
 
     def sh(self, script: str, *args: str, user: str = "root", timeout: float = 120) -> ExecResult:
         return self.exec(["sh", "-c", script, "sh", *args], user=user, timeout=timeout)
+
+    def get_file(self, path: str) -> bytes:
+        """The bytes of one regular file of the node."""
+        try:
+            chunks, _ = self.container.get_archive(path)
+            raw = b"".join(chunks)
+        except Exception as e:
+            raise RigError(f"read {path} from {self.hostname}: {e}") from None
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            member = tar.next()
+            f = tar.extractfile(member) if member is not None else None
+            if f is None:
+                raise RigError(f"read {path} from {self.hostname}: not a regular file")
+            return f.read()
 
     def put_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
         raw = data.encode() if isinstance(data, str) else data
@@ -207,6 +240,7 @@ class Rig:
         shared_base: str = "/lustre/jobns",
         config: Mapping[str, object] | None = None,
         privileges: Privileges = MINIMUM,
+        loop: bool = False,
         run_id: str | None = None,
         log: Log = _stderr,
     ) -> None:
@@ -220,6 +254,7 @@ class Rig:
         self.shared_base = shared_base
         self.config = {"shared_base": shared_base, **(config or {})}
         self.privileges = privileges
+        self.loop = loop  # the host's loop devices in every node (loop_devices())
         self.run_id = run_id or labels.new_run_id()
         self.prefix = f"jobns-rig-{self.run_id}"
         self.network_name = f"{self.prefix}-net"
@@ -312,7 +347,12 @@ class Rig:
             networking_config={self.network_name: endpoint},
             volumes={self.volume_name: {"bind": self.shared_mount, "mode": "rw"}},
             labels=labels.for_run(self.run_id, "node"),
+            # /dev/shm as on a node (Debian: rw,nosuid,nodev), not docker's noexec one:
+            # rootless runc cannot bind a job's /dev/shm tree from a noexec mount without
+            # noexec (a locked flag), which jobns oci-config does not ask for
+            tmpfs={"/dev/shm": "rw,nosuid,nodev,exec,size=512m"},
             **self.privileges.kwargs(),
+            **(loop_devices() if self.loop else {}),
         )
         container.reload()
         if container.status != "running":

@@ -1,4 +1,4 @@
-"""A small Slurm 22.05 cluster inside a rig: slurm.conf, munge, daemons, jobns hooks.
+"""A small Slurm cluster inside a rig: slurm.conf, munge, daemons, jobns hooks.
 
     with Rig(image, hostnames=["ctl", "node1", "node2"]) as rig:
         cluster = SlurmCluster(rig, controller="ctl", computes=["node1", "node2"], jobns=True)
@@ -6,7 +6,8 @@
         job_id = cluster.sbatch("alice", "#!/bin/sh\\n#SBATCH -N2\\nsrun jobns run -- id\\n")
         print(cluster.output(job_id))
 
-The image carries slurm-wlm + munge (containers/images.py) and one munge key, made
+The image carries slurm-wlm + munge of its Debian release (containers/images.py: 22.05,
+24.11 or 26.05; the settings below work in each) and one munge key, made
 when the base image was debootstrapped: every node of a rig has the same key, which
 is all munge needs. Daemons run as root (SlurmUser=root), as in MACHINE.md's
 single-node recipe; proctrack/linuxproc and task/none keep cgroups out of it.
@@ -18,8 +19,10 @@ tested scripts ci/slurm/prolog and ci/slurm/epilog (byte for byte) go to
 run as `srun jobns run -- CMD`. enforce=True (with jobns=True) deploys as README
 "Enforced by Slurm" says: ci/slurm/plugstack.conf on every node (sbatch and srun read it
 too), PlugStackConfig= in slurm.conf, and `[slurm] enforce = true` in every compute's
-jobns.toml; the image carries the plugin (containers/images.py). Other settings
-(TaskProlog=, ...) go through `extra`, which wins over both.
+jobns.toml; the image carries the plugin, built for its Slurm (containers/images.py).
+Other settings (TaskProlog=, ...) go through `extra`, which wins over both; `files`
+({path: text}) are written on every node before the daemons start (e.g.
+/etc/slurm/oci.conf).
 """
 
 from __future__ import annotations
@@ -125,6 +128,7 @@ class SlurmCluster:
         jobns: bool = False,
         enforce: bool = False,
         extra: Mapping[str, str] | None = None,
+        files: Mapping[str, str | bytes] | None = None,
     ) -> None:
         if enforce and not jobns:
             raise RigError("SlurmCluster: enforce=True needs jobns=True")
@@ -142,17 +146,23 @@ class SlurmCluster:
                 **(extra or {}),
             },
         )
+        self.files = dict(files or {})
+        self.configured = False
         self.timings: dict[str, float] = {}
 
     @property
     def members(self) -> list[Node]:
         return [self.controller, *self.computes]
 
-    def start(self, timeout: float = 60) -> None:
-        """Write slurm.conf everywhere, start munged, slurmctld, slurmd; wait until idle."""
-        t0 = time.monotonic()
+    def configure(self) -> None:
+        """Everything start() does before the Slurm daemons: slurm.conf, `files`, munged,
+        jobns's prolog/epilog, plugstack.conf and `[slurm] enforce` (once)."""
+        if self.configured:
+            return
         for n in self.members:
             n.put_file(CONF, self.conf)
+            for path, text in self.files.items():
+                n.put_file(path, text)
             start_munge(n)
         if self.jobns:
             for n in self.computes:
@@ -168,11 +178,22 @@ class SlurmCluster:
         self.controller.exec(["install", "-d", "-m", "1777", WORK]).check(
             f"create {WORK} on the shared volume"
         )
+        self.configured = True
+
+    def start(self, timeout: float = 60) -> None:
+        """Write slurm.conf everywhere, start munged, slurmctld, slurmd; wait until idle."""
+        t0 = time.monotonic()
+        self.configure()
         self.controller.exec(["slurmctld"]).check(f"start slurmctld on {self.controller.hostname}")
         for n in self.computes:
             n.exec(["slurmd"]).check(f"start slurmd on {n.hostname}")
         self.wait_idle(timeout)
         self.timings["start"] = time.monotonic() - t0
+
+    def version(self) -> str:
+        """The Slurm release of the computes' slurmd (`slurmd -V`: "slurm 24.11.5")."""
+        r = self.computes[0].exec(["slurmd", "-V"], timeout=10).check("slurmd -V")
+        return r.stdout.split()[-1]
 
     def node_states(self) -> dict[str, str]:
         """sinfo's compact state of every compute node (idle, alloc, drain, ...)."""

@@ -1,14 +1,12 @@
-"""Wheels for the node image, built on the host, installed in the image offline.
+"""The jobns wheel for the node images, built on the host, installed in them offline.
 
-The image builds run with no network (no registry, and the build containers must
-not talk to anything), so everything pip needs is built here first:
-- the runtime dependencies (python-prctl compiles against libcap: the host has
-  libcap-dev and gcc, and its /usr/bin/python3 is the same Debian 3.11.2 as the
-  image's, so the compiled wheel fits), cached by requirement list + interpreter;
-- the jobns wheel, from a copy of the source tree (pip would otherwise write
-  build/ and *.egg-info into the working tree other people are editing).
-Wheels are identified by a digest of their *contents*: zip members carry the
-build time, so the same sources give different wheel bytes on every build.
+The image builds run with no network (no registry, and the build containers must not
+talk to anything), so the wheel is built here, from a copy of the source tree (pip
+would otherwise write build/ and *.egg-info into the working tree other people are
+editing). jobns is pure Python: one wheel serves every release's interpreter, and its
+runtime dependencies are each release's own Debian packages (containers/images.py).
+Wheels are identified by a digest of their *contents*: zip members carry the build
+time, so the same sources give different wheel bytes on every build.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import tomllib
 import zipfile
@@ -57,12 +54,6 @@ def project(repo: Path = REPO) -> dict[str, object]:
         raise RigError(f"read {repo / 'pyproject.toml'}: {e}") from None
 
 
-def runtime_requirements(repo: Path = REPO) -> list[str]:
-    proj = project(repo).get("project")
-    deps = proj.get("dependencies", []) if isinstance(proj, dict) else []
-    return sorted(str(d) for d in deps)
-
-
 def wheel_digest(path: Path) -> str:
     """sha256 over (member name, member bytes), ignoring zip timestamps."""
     h = hashlib.sha256()
@@ -74,16 +65,6 @@ def wheel_digest(path: Path) -> str:
     except (OSError, zipfile.BadZipFile) as e:
         raise RigError(f"hash wheel {path}: {e}") from None
     return h.hexdigest()
-
-
-def _pip_wheel(args: list[str], what: str) -> None:
-    cmd = [HOST_PYTHON, "-m", "pip", "wheel", "--disable-pip-version-check", "-q", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise RigError(
-            f"build {what} wheels ({' '.join(cmd)}) failed with exit {proc.returncode}:\n{tail}"
-        )
 
 
 def interpreter_tag() -> str:
@@ -103,24 +84,6 @@ def interpreter_tag() -> str:
             "Python 3.11 with pip"
         )
     return out.stdout.strip()
-
-
-def dependency_wheels(requirements: list[str]) -> Path:
-    """A directory of wheels for requirements and everything they need (cached)."""
-    key = hashlib.sha256("\n".join([interpreter_tag(), *requirements]).encode()).hexdigest()[:16]
-    final = cache_dir() / "wheels" / key
-    if (final / ".complete").exists():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
-    try:
-        _pip_wheel(["-w", str(work), *requirements], "dependency")
-        (work / ".complete").write_text("\n".join(requirements) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        work.rename(final)  # atomic: a half-filled directory is never reused
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return final
 
 
 # PEP 517's build_wheel hook, called directly: ~0.3 s, against ~3 s for `pip wheel`
@@ -210,11 +173,3 @@ def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
     if not wheel.is_file():
         raise RigError(f"build the jobns wheel: {backend} reported {wheel.name}, not in {dest}")
     return wheel
-
-
-if __name__ == "__main__":  # a debugging aid: which wheels would go into the image
-    reqs = runtime_requirements()
-    d = dependency_wheels(reqs)
-    for w in sorted(d.glob("*.whl")):
-        print(w.name, wheel_digest(w)[:12])
-    sys.exit(0)

@@ -656,8 +656,9 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
                 "private /tmp then sits under jobns's",
             )
         )
-    plugstack = values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
+    plugstack = plugstack_of(conf, values)
     out += spank(plugstack, enforce)
+    out += spank_build(plugstack, enforce)
     return out
 
 
@@ -685,10 +686,9 @@ def _runs(path: str, sub: str) -> bool:
     return "jobns" in text and (f" {sub}" in text or "launcher.cli" in text)
 
 
-def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
-    """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
-    includes): the plugin must exist, and the config must say [slurm] enforce = true
-    (and only then). None is a note (the prolog pair suffices)."""
+def spank_plugins(plugstack: str) -> list[tuple[str, str]]:
+    """The jobns SPANK plugins (`required|optional /path/jobns*.so`) that plugstack.conf,
+    or a file it includes, names: (required or optional, path)."""
     import glob
 
     lines: list[str] = []
@@ -710,7 +710,15 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 pending += sorted(glob.glob(words[1]))
             elif len(words) >= 2 and words[0] in ("required", "optional"):
                 lines.append(line)
-    plugins = [ln.split()[1] for ln in lines if os.path.basename(ln.split()[1]).startswith("jobns")]
+    found = [(ln.split()[0], ln.split()[1]) for ln in lines]
+    return [(kind, so) for kind, so in found if os.path.basename(so).startswith("jobns")]
+
+
+def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
+    """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
+    includes): the plugin must exist, and the config must say [slurm] enforce = true
+    (and only then). None is a note (the prolog pair suffices)."""
+    plugins = [so for _, so in spank_plugins(plugstack)]
     if not plugins:
         if enforce:
             return [
@@ -752,6 +760,157 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 )
             )
     return out
+
+
+def spank_build(plugstack: str, enforce: bool, slurm_version: str | None = None) -> list[Finding]:
+    """Each jobns SPANK plugin was built for the Slurm this node runs, and is `required`
+    where jobs are enforced. Slurm loads a plugin only into the major.minor release whose
+    headers built it (its `plugin_version` symbol, SLURM_VERSION_NUMBER) and refuses
+    another ("Incompatible Slurm plugin version"): a `required` line then keeps slurmd
+    from starting and fails every step, while an `optional` one lets every job run
+    outside its namespace without a word (measured on 26.05 with a 22.05 build: tests/
+    e2e/test_rig_slurm_upgrade.py). slurm_version: `slurmd -V`'s (asked when None)."""
+    plugins = [(kind, so) for kind, so in spank_plugins(plugstack) if os.path.isfile(so)]
+    if not plugins:
+        return []  # spank() says whether that is a problem
+    version = slurm_version if slurm_version is not None else _slurmd_version()
+    out: list[Finding] = []
+    for kind, so in plugins:
+        if kind == "optional" and enforce:
+            out.append(
+                (
+                    PROBLEM,
+                    f"{plugstack} loads {so} as 'optional' while [slurm] enforce = true: if "
+                    "it cannot be loaded (built for another Slurm, removed), jobs run outside "
+                    "their namespaces and nothing says so; fix: make the line 'required' "
+                    "(then such a node runs no job at all), restart slurmd",
+                )
+            )
+        built = _plugin_version(so)
+        rebuild = (
+            f"fix: rebuild it against this node's Slurm headers (apt-get install gcc "
+            f"libslurm-dev; ci/build-spank --output {so}; or the jobns-slurm package "
+            "built for this Slurm: ci/build-deb), then restart slurmd"
+        )
+        if built is None:
+            out.append(
+                (
+                    PROBLEM,
+                    f"SPANK plugin {so} has no plugin_version symbol: not a SPANK plugin "
+                    f"Slurm can load; {rebuild}",
+                )
+            )
+        elif not version:
+            out.append(
+                (
+                    NOTE,
+                    f"SPANK plugin {so} was built for Slurm {built}; this node's Slurm is "
+                    f"unknown (no slurmd -V): it loads only into Slurm {built}",
+                )
+            )
+        elif built.split(".")[:2] != version.split(".")[:2]:
+            out.append(
+                (
+                    PROBLEM,
+                    f"SPANK plugin {so} was built for Slurm {built}, but this node runs "
+                    f"Slurm {version}: Slurm refuses it (a 'required' line keeps slurmd "
+                    "from starting, an 'optional' one runs jobs outside their namespaces); "
+                    f"{rebuild}",
+                )
+            )
+        else:
+            out.append((OK, f"SPANK plugin {so} was built for Slurm {built} (node: {version})"))
+    return out
+
+
+def plugstack_of(conf: str, values: dict[str, str]) -> str:
+    """The plugstack.conf slurm.conf names (PlugStackConfig=), else the one beside it."""
+    return values.get("plugstackconfig") or f"{os.path.dirname(conf)}/plugstack.conf"
+
+
+def enforcement_problems(conf: str) -> list[str]:
+    """For `jobns status` on a node whose config says [slurm] enforce = true: what keeps
+    its jobs from being enforced (the plugin not named, missing, `optional`, or built
+    for another Slurm), as doctor's problem texts; [] when all is well or there is no
+    slurm.conf to read."""
+    try:
+        values = slurm_conf_values(conf)
+    except OSError:
+        return []
+    plugstack = plugstack_of(conf, values)
+    found = spank(plugstack, True) + spank_build(plugstack, True)
+    return [text for kind, text in found if kind == PROBLEM]
+
+
+def _slurmd_version() -> str:
+    """The Slurm release of this node's slurmd ("22.05.8"), or "" if there is none."""
+    import subprocess
+
+    from jobns.launcher import sysprog
+
+    try:
+        r = subprocess.run(
+            [sysprog.find("slurmd"), "-V"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            env=sysprog.environment(),
+        )
+    except (OSError, subprocess.TimeoutExpired):  # sysprog.NotFound is an OSError
+        return ""
+    words = r.stdout.split()
+    return words[-1] if r.returncode == 0 and words else ""
+
+
+# ELF constants (elf(5)): the class and byte order in e_ident, section types
+ELFCLASS64, ELFDATA2MSB, SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 2, 2, 2, 11, 8
+
+
+def _plugin_version(path: str) -> str | None:
+    """`plugin_version` of a Slurm plugin ("22.05.8"), read from the ELF file without
+    loading it (loading runs its constructors, as root); None if it has no such symbol."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64 << 20)
+        if data[:4] != b"\x7fELF":
+            return None
+        end = ">" if data[5] == ELFDATA2MSB else "<"
+        wide = data[4] == ELFCLASS64
+        # e_shoff, then e_shentsize, e_shnum (ELF64 / ELF32 offsets)
+        shoff = struct.unpack_from(end + ("Q" if wide else "I"), data, 0x28 if wide else 0x20)[0]
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A if wide else 0x2E)
+        shdr = end + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        # (type, addr, offset, size, link, entsize) of each section
+        sections = [
+            tuple(
+                struct.unpack_from(shdr, data, shoff + i * shentsize)[j] for j in (1, 3, 4, 5, 6, 9)
+            )
+            for i in range(shnum)
+        ]
+        sym = end + ("IBBHQQ" if wide else "IIIBBH")
+        for kind, _addr, offset, size, link, entsize in sections:
+            if kind not in (SHT_DYNSYM, SHT_SYMTAB) or not entsize:
+                continue
+            strtab = sections[link][2]
+            for at in range(offset, offset + size, entsize):
+                fields = struct.unpack_from(sym, data, at)
+                name, shndx, value = (
+                    (fields[0], fields[3], fields[4]) if wide else (fields[0], fields[5], fields[1])
+                )
+                end_of_name = data.index(b"\0", strtab + name)
+                if data[strtab + name : end_of_name] != b"plugin_version":
+                    continue
+                if not 0 < shndx < len(sections) or sections[shndx][0] == SHT_NOBITS:
+                    return None
+                where = sections[shndx][2] + value - sections[shndx][1]
+                number = struct.unpack_from(end + "I", data, where)[0]
+                return f"{number >> 16 & 0xFF}.{number >> 8 & 0xFF:02d}.{number & 0xFF}"
+    except (OSError, struct.error, IndexError, ValueError):
+        return None
+    return None
 
 
 def pam_stack(path: str, depth: int = 0) -> list[tuple[str, str]]:
@@ -948,12 +1107,17 @@ def check(
     return found
 
 
+def slurm_conf_path(given: object = None) -> str:
+    """--slurm-conf, else $SLURM_CONF, else /etc/slurm/slurm.conf."""
+    return str(given or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+
+
 def main(opts: Options, _command: list[str]) -> int:
     from jobns.launcher.lifecycle import require_root
 
     require_root("doctor")
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
-    slurm_conf = str(opts.get("slurm_conf") or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+    slurm_conf = slurm_conf_path(opts.get("slurm_conf"))
     from jobns.launcher.cdi import settings
 
     cdi_conf = settings(config)

@@ -266,6 +266,11 @@ def status_main(opts: Options, _command: list[str]) -> int:
         return 0
     if warning:
         sys.stderr.write(f"jobns: warning: {warning}\n")
+    if config.enforce:  # a node that promises enforcement and cannot keep it says so
+        from jobns.launcher import doctor
+
+        for problem in doctor.enforcement_problems(doctor.slurm_conf_path()):
+            sys.stderr.write(f"jobns: warning: jobs are not enforced: {problem}\n")
     if fmt == "json":
         doc = {"jobs": jobs, "users": totals, "stale_disks": held}
         print(json.dumps(doc, indent=2, sort_keys=True))

@@ -9,6 +9,11 @@
  *
  *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns]
  *
+ * Build it against the headers of the Slurm that will load it (ci/build-spank): Slurm
+ * refuses a plugin whose plugin_version (SLURM_VERSION_NUMBER) is of another major.minor.
+ * `required`, so that a plugin that cannot be loaded stops the node instead of letting its
+ * jobs run outside their namespaces (README "Upgrading Slurm").
+ *
  * Fail closed, but never the node: a job that is not set up, was refused, or whose pin
  * is not a root-owned mount namespace gets its task killed (exit 1) with one line
  * ("slurmstepd: error: jobns: ...") in the job's output; slurmstepd and slurmd go on.
@@ -42,9 +47,9 @@ SPANK_PLUGIN(jobns, 1);
 #define JOINED_VAR "JOBNS_JOINED"
 
 /* The task must not start: say why in the job's output and end this task only (this
- * hook runs in the task's own child of slurmstepd). Tried on Slurm 22.05, for a batch
- * script and for srun steps: exit 1 here fails the job with this one line in its output,
- * and the node stays idle. Returning -1 also leaves the node idle, but adds three lines
+ * hook runs in the task's own child of slurmstepd). Tried on Slurm 22.05, 24.11 and 26.05
+ * (tests/e2e/test_rig_slurm.py), for a batch script and for srun steps: exit 1 here fails
+ * the job with this one line in its output, and the node stays idle. Returning -1 also leaves the node idle, but adds three lines
  * of slurmstepd's own ("task_init_privileged() failed", "write to unblock task 0
  * failed"). Neither path fails slurmd or the step daemon, so neither drains the node. */
 static void refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

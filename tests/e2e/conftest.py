@@ -3,6 +3,11 @@
 The rig needs root and a running dockerd (ci/start-docker). Off CI a missing one
 skips with the reason; with CI=true it fails: a CI run must never pass as "all
 skipped". An image build failure always fails: that is a real defect.
+
+`rig_image` is the default release's node (bookworm: Slurm 22.05, Python 3.11).
+`release` is parametrised over the Slurm releases of containers.images.RELEASES
+(bookworm 22.05, trixie 24.11, forky 26.05), or those JOBNS_RIG_RELEASES names
+(comma-separated); `release_image` is its node image.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from containers import images
 from containers.errors import RigError
 from containers.rig import Rig, labelled
 
@@ -40,12 +46,33 @@ def docker_client() -> Any:
 @pytest.fixture(scope="session")
 def rig_image(docker_client: Any) -> str:
     """The node image tag (built on first use, ~1.5 min; then reused in seconds)."""
-    from containers import images
-
     try:
         return images.build(docker_client).node
     except RigError as e:
         pytest.fail(f"build the rig images: {e}", pytrace=False)
+
+
+def rig_releases() -> list[str]:
+    """JOBNS_RIG_RELEASES (e.g. "forky" or "bookworm,trixie"), else every release."""
+    names = [n.strip() for n in os.environ.get("JOBNS_RIG_RELEASES", "").split(",") if n.strip()]
+    for name in names:
+        images.release(name)  # an unknown name fails collection, naming the choices
+    return names or list(images.RELEASES)
+
+
+@pytest.fixture(scope="module", params=rig_releases())
+def release(request: pytest.FixtureRequest) -> images.Release:
+    """One Slurm release per parameter; module-scoped so that a module's clusters of one
+    release are up together and removed before the next release's start."""
+    return images.release(str(request.param))
+
+
+@pytest.fixture(scope="module")
+def release_image(docker_client: Any, release: images.Release) -> str:
+    try:
+        return images.build(docker_client, release_name=release.suite).node
+    except RigError as e:
+        pytest.fail(f"build the {release.suite} rig images: {e}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,6 @@
-"""jobns deployed on a Slurm 22.05 cluster in the rig: controller ctl, computes node1, node2.
+"""jobns deployed on a Slurm cluster in the rig: controller ctl, computes node1, node2, once
+per Slurm release (the `release` fixture: Debian bookworm's 22.05, trixie's 24.11, forky's
+26.05; JOBNS_RIG_RELEASES chooses fewer).
 
 Deployed as README "Deploying on a Slurm cluster" says (containers/slurm.py, jobns=True):
 Prolog=/etc/jobns/slurm/prolog (`jobns setup`), Epilog=/etc/jobns/slurm/epilog (`jobns
@@ -7,7 +9,11 @@ teardown`), no PrologFlags, the scripts byte for byte from ci/slurm/; every task
 jobs are submitted by the ordinary user alice. After every job, no node keeps anything of
 it: no /tmp/job-*, /dev/shm/job-*, nothing under /run/jobns/jobs, no new mount (no nsfs
 pin, no bind) in the node's mount table, and the node is idle again, not drained (a
-failed prolog or epilog drains it).
+failed prolog or epilog drains it). slurmd itself starts the prolog and epilog, with its
+own environment (no PATH), as on a site's node.
+
+The voluntary cluster (`slurm`) also has `[capacity] tmp_backing = "disk"` (the host's
+loop devices in each node) and ci/slurm/oci.conf for `srun --container`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from containers.images import SPANK_PLUGIN, VENV, Release
+from containers.privileges import ROOTLESS_RUNC
 from containers.rig import Node, Rig
 from containers.slurm import CI_SLURM, FINAL, WORK, SlurmCluster, render_conf
 
@@ -29,7 +37,9 @@ JOBS = f"{STATE}/jobs"
 SHARED = "/lustre/jobns"  # shared_base in the rig's jobns.toml
 ALICE = "alice"
 ALICE_UID = "1001"
-# each compute node's mount table before any job: jobns may add only its state_dir bind
+SCRATCH = "/var/lib/jobns/scratch"  # the disk capacities' images (scratch_base's default)
+# each compute node's mount table before any job (by container name: a rig's nodes have
+# their own): jobns may add only its state_dir bind
 BASELINE: dict[str, dict[str, str]] = {}
 
 
@@ -44,21 +54,26 @@ def mountpoints(node: Node) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def slurm(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
+def slurm(docker_client: Any, release: Release, release_image: str) -> Iterator[SlurmCluster]:
     t0 = time.monotonic()
     # kill_wait 2 (jobns) matches KillWait=2 (Slurm): a task ignoring SIGTERM dies in 2 s
     with Rig(
-        rig_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
+        release_image,
+        hostnames=["ctl", *COMPUTES],
+        client=docker_client,
+        config={"kill_wait": 2, "capacity": {"tmp_backing": "disk"}},
+        loop=True,
+        privileges=ROOTLESS_RUNC,  # srun --container
     ) as rig:
-        cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True)
+        oci = (CI_SLURM / "oci.conf").read_text()
+        cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, files={"/etc/slurm/oci.conf": oci})
         cluster.start()
         cluster.timings["up"] = time.monotonic() - t0
         rig.log(
-            f"slurm rig up in {cluster.timings['up']:.1f}s (nodes {rig.timings['start']:.1f}s,"
-            f" Slurm {cluster.timings['start']:.1f}s)"
+            f"slurm {release.suite} rig up in {cluster.timings['up']:.1f}s (nodes "
+            f"{rig.timings['start']:.1f}s, Slurm {cluster.timings['start']:.1f}s)"
         )
-        BASELINE.clear()
-        BASELINE.update({n.hostname: mountpoints(n) for n in cluster.computes})
+        BASELINE.update({n.container.name: mountpoints(n) for n in cluster.computes})
         yield cluster
 
 
@@ -86,10 +101,11 @@ def leftovers(
     found: list[str] = []
     for n in cluster.computes:
         r = n.sh(
-            f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/who {JOBS}/* 2>/dev/null; true"
+            f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* /tmp/who {JOBS}/* {SCRATCH}/* "
+            "2>/dev/null; true"
         )
         found += [f"{n.hostname}: {p}" for p in r.stdout.split()]
-        before = BASELINE[n.hostname]
+        before = BASELINE[n.container.name]
         for point, fstype in mountpoints(n).items():
             if fstype == "nsfs" or (point not in before and point != STATE):
                 found.append(f"{n.hostname}: mount {point} ({fstype})")
@@ -150,9 +166,14 @@ def test_render_conf_lists_controller_nodes_and_extra() -> None:
     assert "PrologFlags=Alloc\n" in conf
 
 
-def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster) -> None:
+def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster, release: Release) -> None:
+    assert slurm.version().startswith(release.slurm + "."), slurm.version()
     conf = slurm.controller.exec(["scontrol", "show", "config"]).check("scontrol").stdout
-    settings = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in conf.splitlines())}
+    # 24.11+ lists each of several scripts: "Prolog[0] = ..."
+    settings = {
+        k.strip().removesuffix("[0]"): v.strip()
+        for k, _, v in (ln.partition("=") for ln in conf.splitlines())
+    }
     assert settings["Prolog"] == "/etc/jobns/slurm/prolog"
     assert settings["Epilog"] == "/etc/jobns/slurm/epilog"
     assert "Alloc" not in settings.get("PrologFlags", "")  # a node sets up at its first step
@@ -302,6 +323,130 @@ def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) 
     assert took < 30, f"scancel to clean took {took:.1f}s"
 
 
+# What a site's node has: the release's python3 and Debian's packages of jobns's runtime
+# dependencies, jobns in a venv that sees them, the plugin built here; no test tool.
+SITE_INSTALL = f"""\
+import importlib.util, sys, prctl, pyroute2, jsonschema, jobns.launcher
+print(".".join(map(str, sys.version_info[:2])))
+print(*(m.__file__.startswith("/usr/lib/python3/dist-packages/") for m in (prctl, pyroute2,
+      jsonschema)))
+print(jobns.launcher.__file__.startswith("{VENV}/"))
+print(*(importlib.util.find_spec(m) is not None for m in ("pytest", "mypy", "docker",
+      "hypothesis", "ruff")))
+"""
+
+
+def test_each_node_has_jobns_as_a_site_installs_it(slurm: SlurmCluster, release: Release) -> None:
+    n = slurm.computes[0]
+    out = n.exec([f"{VENV}/bin/python", "-c", SITE_INSTALL]).check("python").stdout.split()
+    assert out == [release.python, "True", "True", "True", "True"] + ["False"] * 5, out
+    # Compiled in this image against its own libslurm-dev (ci/build-spank in the build).
+    r = n.exec(["stat", "-c", "%U %a", SPANK_PLUGIN]).check("stat the plugin")
+    assert r.stdout.split() == ["root", "755"]
+
+
+def test_disk_capacity_from_the_comment(slurm: SlurmCluster) -> None:
+    """`[capacity] tmp_backing = "disk"`: a tmp capacity asked in the comment is an ext4
+    image on a loop device of the node, the job's size, ENOSPC past it; gone after."""
+    script = (
+        "#!/bin/sh\n"
+        'srun jobns run -- sh -c \'grep " /tmp " /proc/self/mountinfo | sed "s/.* - //"; '
+        "df -B1 --output=size /tmp | tail -1; "
+        "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>/dev/null; echo dd-exit=$?'\n"
+    )
+    job_id = slurm.sbatch(ALICE, script, "--comment=jobns: tmp capacity=256MiB")
+    out = slurm.output(job_id).split()
+    fstype, source, size, dd = out[0], out[1], int(out[3]), out[4]
+    assert fstype == "ext4" and source.startswith("/dev/loop"), out
+    assert 200 << 20 < size <= 256 << 20, out  # the job's size, less ext4's own metadata
+    assert dd == "dd-exit=1", out  # no space left past the capacity
+    assert_no_trace(slurm, job_id)
+
+
+GATED = """\
+#!/bin/sh
+#SBATCH -w node1
+touch {work}/ready-$SLURM_JOB_ID
+while [ ! -e {work}/gate-$SLURM_JOB_ID ]; do sleep 0.1; done
+srun jobns run -- true
+"""
+
+
+def test_gc_asks_the_controller_and_keeps_running_jobs(slurm: SlurmCluster) -> None:
+    """`jobns gc` on a compute asks slurmctld (squeue) about the jobs recorded on the
+    node: it keeps a running job and removes one the controller never knew."""
+    node = slurm.computes[0]
+    stray = "987654"  # never a job of this cluster: as if left by a crash before a reboot
+    node.exec(["jobns", "setup", "--job-id", stray, "--user", ALICE]).check("jobns setup")
+    job_id = slurm.sbatch(ALICE, GATED.format(work=WORK), wait=False)
+    try:
+        deadline = time.monotonic() + 60
+        while slurm.controller.exec(["test", "-e", f"{WORK}/ready-{job_id}"]).exit_code:
+            assert time.monotonic() < deadline and not slurm.unusable(), slurm.logs()
+            time.sleep(0.2)
+        r = node.exec(["jobns", "gc"]).check("jobns gc")
+        assert f"Slurm does not know job {stray}" in r.stdout + r.stderr, r
+        listing = node.exec(["ls", JOBS]).check(f"ls {JOBS}").stdout.split()
+        assert [j for j in listing if not j.endswith(".lock")] == [job_id], (listing, r)
+        assert node.exec(["test", "-e", f"/tmp/job-{stray}"]).exit_code == 1, r
+    finally:
+        slurm.controller.exec(["touch", f"{WORK}/gate-{job_id}"])
+    assert slurm.wait_done(job_id) == ("COMPLETED", "0:0"), slurm.output(job_id)
+    assert_no_trace(slurm, job_id)
+
+
+# A rootless bundle of alice's on the shared volume: busybox, /proc bound from the node
+# (a fresh procfs is refused inside a container whose /proc has docker's masked paths).
+BUNDLE = """\
+set -e
+rm -rf "$1"; mkdir -p "$1/rootfs/bin" "$1/rootfs/proc" "$1/rootfs/dev" "$1/rootfs/sys" \
+    "$1/rootfs/tmp" "$1/rootfs/var/tmp"
+cp /bin/busybox "$1/rootfs/bin/"
+for c in sh cat echo grep cut; do ln -s busybox "$1/rootfs/bin/$c"; done
+mkdir "$1/rootfs/usr"; ln -s ../bin "$1/rootfs/usr/bin"  # 24.11+ run srun's resolved path
+cd "$1" && runc spec --rootless
+python3 -c '
+import json
+doc = json.load(open("config.json"))
+doc["process"]["terminal"] = False
+for m in doc["mounts"]:
+    if m["destination"] == "/proc":
+        m.update(type="none", source="/proc", options=["rbind", "nosuid", "nodev", "noexec"])
+doc["linux"]["namespaces"] = [n for n in doc["linux"]["namespaces"] if n["type"] != "pid"]
+json.dump(doc, open("config.json", "w"), indent=1)
+'
+"""
+
+
+def test_srun_container_gets_the_jobs_directories(slurm: SlurmCluster, release: Release) -> None:
+    bundle = f"{WORK}/bundle-{release.suite}"
+    for n in slurm.computes:
+        n.exec(["install", "-d", "-o", ALICE, "-g", ALICE, "-m", "0700", f"/run/user/{ALICE_UID}"])
+    slurm.computes[0].exec(["sh", "-c", BUNDLE, "sh", bundle], user=ALICE).check("make bundle")
+    show = 'grep -E " /(tmp|var/tmp|dev/shm) " /proc/self/mountinfo | cut -d" " -f4,5'
+    script = (
+        "#!/bin/sh\n"
+        f"srun --container={bundle} sh -c 'echo $TMPDIR $JOBNS_JOB_ID; "
+        f"echo one > /tmp/f; echo seg > /dev/shm/s; {show}'\n"
+        f"srun --container={bundle} sh -c 'cat /tmp/f /dev/shm/s'\n"
+        # The batch script itself runs on the node: the job's tree has the file.
+        "cat /tmp/job-$SLURM_JOB_ID/tmp/f\n"
+    )
+    job_id = slurm.sbatch(ALICE, script)
+    # (without cgroups in the node, runc warns on stderr: 'time="..." level=warning ...')
+    out = [ln for ln in slurm.output(job_id).splitlines() if not ln.startswith("time=")]
+    assert out[0] == f"/tmp {job_id}", out
+    assert sorted(out[1:4]) == sorted(
+        [
+            f"/job-{job_id} /dev/shm",
+            f"/tmp/job-{job_id}/tmp /tmp",
+            f"/tmp/job-{job_id}/var_tmp /var/tmp",
+        ]
+    ), out
+    assert out[4:] == ["one", "seg", "one"], out
+    assert_no_trace(slurm, job_id)
+
+
 def test_finally_no_node_keeps_anything_of_any_job(slurm: SlurmCluster) -> None:
     """After all the jobs above (this module runs in file order)."""
     assert leftovers(slurm) == []
@@ -370,20 +515,18 @@ def test_setup_pins_the_job_whatever_cpu_made_its_namespace(
 
 
 @pytest.fixture(scope="module")
-def enforced(docker_client: Any, rig_image: str) -> Iterator[SlurmCluster]:
+def enforced(docker_client: Any, release_image: str) -> Iterator[SlurmCluster]:
     with Rig(
-        rig_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
+        release_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
     ) as rig:
         cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, enforce=True)
         cluster.start()
-        before = {n.hostname: mountpoints(n) for n in cluster.computes}
-        for host, points in before.items():
-            BASELINE.setdefault(host, points)  # the same image: the same node mounts
+        BASELINE.update({n.container.name: mountpoints(n) for n in cluster.computes})
         yield cluster
-        assert enforced_leftovers(cluster, before) == []
+        assert enforced_leftovers(cluster) == []
 
 
-def enforced_leftovers(cluster: SlurmCluster, before: dict[str, dict[str, str]]) -> list[str]:
+def enforced_leftovers(cluster: SlurmCluster) -> list[str]:
     found = []
     for n in cluster.computes:
         r = n.sh(
@@ -391,8 +534,9 @@ def enforced_leftovers(cluster: SlurmCluster, before: dict[str, dict[str, str]])
             f"/dev/shm/*-from-* {JOBS}/* 2>/dev/null; true"
         )
         found += [f"{n.hostname}: {p}" for p in r.stdout.split()]
+        before = BASELINE[n.container.name]
         for point, fstype in mountpoints(n).items():
-            if fstype == "nsfs" or (point not in before[n.hostname] and point != STATE):
+            if fstype == "nsfs" or (point not in before and point != STATE):
                 found.append(f"{n.hostname}: mount {point} ({fstype})")
     states = cluster.node_states()
     found += [f"{h}: Slurm state {states.get(h)}" for h in COMPUTES if states.get(h) != "idle"]

@@ -7,7 +7,10 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from containers import images, labels
+from containers.errors import RigError
 from containers.rig import as_user, toml
 from containers.wheels import wheel_digest
 
@@ -50,12 +53,24 @@ def test_wheel_digest_ignores_zip_timestamps(tmp_path: Path) -> None:
     assert wheel_digest(one) == wheel_digest(two) != wheel_digest(three)
 
 
-def test_layer_dockerfiles_name_their_parent_and_install_offline() -> None:
-    deps = images.deps_dockerfile("jobns-rig-base:abc", ["pyroute2>=0.7"])
-    assert deps.startswith("FROM jobns-rig-base:abc\n")
-    assert "--no-index" in deps and "'pyroute2>=0.7'" in deps and "--uid 1001" in deps
-    node = images.node_dockerfile("jobns-rig-deps:def", "jobns-0.1.0-py3-none-any.whl")
-    assert node.startswith("FROM jobns-rig-deps:def\n") and "/usr/local/bin/jobns" in node
+def test_node_dockerfile_builds_the_plugin_and_installs_jobns_offline() -> None:
+    node = images.node_dockerfile("jobns-rig-base:abc", "jobns-0.1.0-py3-none-any.whl")
+    assert node.startswith("FROM jobns-rig-base:abc\n") and "--uid 1001" in node
+    # the plugin is compiled in the image by the script a site runs, against its Slurm
+    assert f"{images.SRC_DIR}/ci/build-spank --output {images.SPANK_PLUGIN}" in node
+    install = images.install_jobns("jobns-0.1.0-py3-none-any.whl")
+    assert install in node and "--no-index" in install
+    assert "venv --system-site-packages" in install and "/usr/local/bin/jobns" in install
+
+
+def test_each_release_has_its_own_base_and_unknown_names_are_refused() -> None:
+    tags = {images.base_tag("http://a/debian", r) for r in images.RELEASES.values()}
+    assert len(tags) == len(images.RELEASES)
+    assert images.base_tag("http://a/debian") == images.base_tag(
+        "http://a/debian", images.release(images.DEFAULT_RELEASE)
+    )
+    with pytest.raises(RigError, match="bookworm, trixie, forky"):
+        images.release("sid")
 
 
 def test_owner_labels_tell_live_from_dead() -> None:
@@ -71,6 +86,8 @@ def test_toml_quotes_strings_and_keeps_numbers() -> None:
     text = toml(config)
     assert tomllib.loads(text) == config
     assert text == 'shared_base = "/lustre/\\"x\\""\nkill_wait = 2.5\nn = 3\nb = true\n'
+    tables = {"kill_wait": 2, "capacity": {"tmp_backing": "disk"}, "slurm": {"enforce": True}}
+    assert tomllib.loads(toml(tables)) == tables
 
 
 def test_as_user_goes_through_su_for_others_only() -> None:

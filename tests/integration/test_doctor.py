@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import JOBNS, OsUser, Sandbox, require
+from tests.conftest import JOBNS, REPO, OsUser, Sandbox, require
 from tests.slurmd import as_slurmd
 
 pytestmark = pytest.mark.root
@@ -28,10 +28,11 @@ class Node:
         self.epilog.write_text(f'#!/bin/bash\nexec {JOBNS} teardown --job-id "$SLURM_JOB_ID"\n')
         for p in (self.prolog, self.epilog):
             p.chmod(0o755)
+        # the real plugin, built against this node's Slurm headers as a site builds it
         self.so = root / "jobns_spank.so"
-        self.so.write_bytes(b"\x7fELF")
+        subprocess.run([str(REPO / "ci" / "build-spank"), "--output", str(self.so)], check=True)
         self.plugstack = root / "plugstack.conf"
-        self.plugstack.write_text(f"optional {self.so}\n")
+        self.plugstack.write_text(f"required {self.so}\n")
         self.slurm_conf = root / "slurm.conf"
         self.write_slurm_conf()
         box.write_config(extra="[slurm]\nenforce = true\n")  # plugstack loads the plugin
@@ -91,7 +92,7 @@ def test_a_ready_node(node: Node) -> None:
         "ok: / is a shared mount",
         f"ok: Prolog={node.prolog} runs jobns setup",
         f"ok: Epilog={node.epilog} runs jobns teardown",
-        f"ok: SPANK plugin {node.so}",
+        f"ok: SPANK plugin {node.so} was built for Slurm ",
         f"ok: CDI directory {node.cdi}: root's; 1 jobns spec(s)",
     ):
         assert needle in text, (needle, text)
@@ -226,7 +227,7 @@ def test_a_dirs_base_the_job_user_cannot_enter(node: Node, users: list[OsUser]) 
     assert as_slurmd(box, "teardown", "d2", alice).returncode == 0
     # Enforced, root makes the namespace: 0700 is fine, and doctor says nothing.
     base.chmod(0o700)
-    node.plugstack.write_text(f"optional {node.so}\n")
+    node.plugstack.write_text(f"required {node.so}\n")
     box.write_config(extra="[slurm]\nenforce = true\n" + entry)
     code, problems, lines = node.doctor()
     assert (code, problems) == (0, []), lines

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from jobns.launcher import doctor
 
@@ -91,3 +95,71 @@ def test_spank_plugin_named_but_missing(tmp_path: Path) -> None:
     # enforce without the plugin: no task would enter the job's (root's) namespace.
     (found,) = doctor.spank(str(stack), enforce=True)
     assert found[0] == "problem" and "enforce" in found[1]
+
+
+def built_plugin(tmp_path: Path, version: int) -> Path:
+    """A shared object with the symbols SPANK_PLUGIN() defines, plugin_version as the
+    headers of Slurm `version` (SLURM_VERSION_NUMBER, 0xMMmmpp) would set it."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed (ci/build-spank installs it)")
+    src = tmp_path / "plugin.c"
+    src.write_text(
+        'const char plugin_name[] = "jobns";\nconst char plugin_type[] = "spank";\n'
+        f"const unsigned int plugin_version = {version:#x};\n"
+        "const unsigned int spank_plugin_version = 1;\n"
+    )
+    so = tmp_path / "jobns_spank.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(so), str(src)], check=True)
+    return so
+
+
+def test_a_plugin_built_for_another_slurm_is_a_problem_naming_the_rebuild(
+    tmp_path: Path,
+) -> None:
+    so = built_plugin(tmp_path, 0x160508)  # 22.05.8, Debian bookworm's
+    stack = tmp_path / "plugstack.conf"
+    stack.write_text(f"required {so}\n")
+    (found,) = doctor.spank_build(str(stack), True, "22.05.8")
+    assert found[0] == "ok" and "built for Slurm 22.05.8" in found[1]
+    (found,) = doctor.spank_build(str(stack), True, "26.05.5")
+    assert found[0] == "problem", found
+    for needle in (
+        "built for Slurm 22.05.8",
+        "runs Slurm 26.05.5",
+        f"ci/build-spank --output {so}",
+    ):
+        assert needle in found[1], found
+    (found,) = doctor.spank_build(str(stack), True, "")
+    assert found[0] == "note" and "22.05.8" in found[1]
+    # Not a plugin at all (or stripped of its symbols): Slurm cannot load it either.
+    so.write_bytes(b"\x7fELF" + bytes(60))
+    (found,) = doctor.spank_build(str(stack), True, "22.05.8")
+    assert found[0] == "problem" and "no plugin_version" in found[1]
+    stack.write_text("")
+    assert doctor.spank_build(str(stack), True, "22.05.8") == []
+
+
+def test_an_optional_plugin_where_jobs_are_enforced_is_a_problem(tmp_path: Path) -> None:
+    so = built_plugin(tmp_path, 0x1A0505)  # 26.05.5
+    stack = tmp_path / "plugstack.conf"
+    stack.write_text(f"optional {so}\n")
+    optional, built = doctor.spank_build(str(stack), True, "26.05.5")
+    assert optional[0] == "problem" and "'required'" in optional[1], optional
+    assert built[0] == "ok"
+    # Without enforcement the plugin is not wanted at all: spank() says so, not this.
+    assert kinds(doctor.spank_build(str(stack), False, "26.05.5")) == ["ok"]
+
+
+def test_enforcement_problems_for_status(tmp_path: Path) -> None:
+    """What `jobns status` warns about on a node with [slurm] enforce = true."""
+    conf = tmp_path / "slurm.conf"
+    stack = tmp_path / "stack.conf"
+    conf.write_text(f"PlugStackConfig={stack}\n")
+    stack.write_text("")
+    (problem,) = doctor.enforcement_problems(str(conf))
+    assert "loads no jobns SPANK plugin" in problem
+    so = built_plugin(tmp_path, 0x1A0505)
+    stack.write_text(f"optional {so}\n")
+    assert any("'optional'" in p for p in doctor.enforcement_problems(str(conf)))
+    assert doctor.enforcement_problems(str(tmp_path / "none.conf")) == []
