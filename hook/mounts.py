@@ -189,18 +189,10 @@ def _child(
         raise JobnsError(msg) from None
 
 
-def _mount_id(fd: int) -> str:
-    with open(f"/proc/self/fdinfo/{fd}") as f:
-        for line in f:
-            if line.startswith("mnt_id:"):
-                return line.split()[1]
-    raise JobnsError("read /proc/self/fdinfo: no mnt_id (Linux 3.15 or later needed)")
-
-
 def not_shared(target: Target) -> None:
     """Refuse a mount point on a shared mount: the bind would propagate to its peers, in
     other mount namespaces too, and stay there after the container."""
-    mnt_id = _mount_id(target.fd)
+    mnt_id = mountinfo.mount_id(target.fd)
     for m in mountinfo.mounts():
         if m.mount_id == mnt_id:
             group = [x for x in m.optional if x.startswith("shared:")]

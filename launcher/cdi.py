@@ -10,14 +10,18 @@ with no hook of jobns's own to start, from `podman run --device jobns.dev/job=JO
                                         container's user (SECURITY.md rule 7)
 
 `jobns setup` writes <dir>/jobns-<job-id>.json as the last step before the job runs
-(pre-run), `jobns teardown` removes it first thing (any state: also after a crash,
-through recover), and `jobns gc` removes specs whose job has no record. One device
-per job, in our own kind (jobns.dev/job), named by the job id:
+(pre-run), `jobns teardown` removes it and detaches its mount points first thing (any
+state: also after a crash, through recover), and `jobns gc` removes specs and mount
+points whose job has no record. One device per job, in our own kind (jobns.dev/job),
+named by the job id:
 
-  containerEdits.mounts  the job's binds (host paths of the record's trees, each
-                         checked by (st_dev, st_ino) against the tree opened and
-                         verified by fd just before: never a path that is not the
-                         job's verified tree), rbind,nosuid,nodev
+  containerEdits.mounts  the job's binds, rbind,nosuid,nodev: each host path is a
+                         mount point of root's, <state_dir>/mounts/JOB/cdi/N-TARGET
+                         (launcher.binds), onto which setup bound the job's verified
+                         tree through an fd. Never the tree's own path: that goes
+                         through her tree roots in sticky bases, which she can rename
+                         aside and replace by a link to another job's tree, and the
+                         engine (root) would follow it (issue 20, finding 7)
   containerEdits.env     the job environment (launcher.environment: TMPDIR, PMIx, ARC)
   containerEdits.hooks   (owner_check) `jobns hook --job-id JOB-ID createRuntime`
 
@@ -35,8 +39,8 @@ Python start per container (no holder: the job's trees belong to its record). Wi
 it (owner_check = false: no process at all) the residual risk is SECURITY.md's
 "CDI": a rootful container another user's process runs with the job's device gets
 the job's /tmp and /var/tmp (mode 1777 directories) and /dev/shm. A rootless engine
-of another user cannot: it binds as that user, who cannot enter the job's 0700 tree
-roots.
+cannot use the spec at all: it binds as its user, who cannot enter root's mount
+points.
 """
 
 from __future__ import annotations
@@ -133,32 +137,81 @@ def build(
     }
 
 
-def verified_binds(plan: Plan, handles: list[TreeHandle]) -> list[tuple[str, str]]:
-    """(target, host source) of the plan's binds, each source checked now: the path,
-    looked up without following a link at its end, is the directory the verified
-    handle holds. Else UserError (her tree root is hers to rename: a swap fails her job,
-    never the node): such a spec is never written."""
-    from jobns.launcher import fs
+def verified_binds(
+    state_dir: str, job_id: str, plan: Plan, handles: list[TreeHandle]
+) -> list[tuple[str, str]]:
+    """(target, host path) of the plan's binds: each verified directory is bound, through
+    an fd, onto a mount point of root's (launcher.binds: <state_dir>/mounts/JOB/cdi/),
+    and the spec names that. The trees' own paths go through directories the job's user
+    owns in sticky bases: she could rename one aside and put a link in its place, and
+    the engine (root) would follow it into another user's tree.
 
+    Each source is reached again from its tree's parent by name, without following a
+    link or entering another file system, and must be the directory setup verified: a
+    tree moved or replaced meanwhile refuses her job (UserError), never the node."""
+    from jobns.launcher import binds
+
+    binds.release(state_dir, job_id)  # an interrupted earlier pre-run's
     out = []
-    for b in plan.binds:
-        tree = plan.trees[b.tree]
-        src = tree.path + (f"/{b.child}" if b.child else "")
-        want = fs.identity(handles[b.tree], b.child)
-        try:
-            st = os.stat(src, follow_symlinks=False)
-        except OSError as e:
+    parent = binds.open_area(state_dir, job_id, "cdi")
+    try:
+        for i, b in enumerate(plan.binds):
+            handle = handles[b.tree]
+            src = _reach(handle, b.child, plan.owner[0])
+            name = f"{i}{b.target.replace('/', '-')}"[:80]
+            what = f"{handle.child_path(b.child)} onto {binds.area(state_dir, job_id)}/cdi/{name}"
+            try:
+                binds.bind(src, parent, name, what, binds.keeping(b.options))
+            finally:
+                os.close(src)
+            out.append((b.target, f"{binds.area(state_dir, job_id)}/cdi/{name}"))
+    finally:
+        os.close(parent)
+    return out
+
+
+def _reach(handle: TreeHandle, child: str, uid: int) -> int:
+    """An O_PATH fd of the tree root (or its child) as its place names it now, checked to
+    be what setup verified. O_PATH opens and fdinfo ask no file system anything, so a
+    FUSE mount she put there (stalled or not) is told apart by its mount id before
+    anything of it is looked at."""
+    from jobns.launcher import mountinfo
+    from jobns.launcher.binds import O_PATH_DIR
+    from jobns.launcher.plan import SCRATCH_MODE
+
+    path = handle.child_path(child)
+    here = mountinfo.mount_id(handle.fd)
+    want = os.fstat(handle.fd)
+    fds: list[int] = []
+    try:
+        fds.append(os.open(handle.tree.name, O_PATH_DIR, dir_fd=handle.parent_fds[-1]))
+        ok = mountinfo.mount_id(fds[-1]) == here and _same(os.fstat(fds[-1]), want)
+        if ok and child:
+            fds.append(os.open(child, O_PATH_DIR, dir_fd=fds[-1]))
+            st = os.fstat(fds[-1]) if mountinfo.mount_id(fds[-1]) == here else None
+            ok = st is not None and (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, SCRATCH_MODE)
+        if not ok:
             raise UserError(
-                f"write the CDI spec of the job: {src}: {e.strerror} (moved "
-                "while setting up?); refusing"
-            ) from None
-        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != want:
-            raise UserError(
-                f"write the CDI spec of the job: {src} is not the job's verified "
+                f"write the CDI spec of the job: {path} is not the job's verified "
                 "directory (replaced while setting up?); refusing"
             )
-        out.append((b.target, src))
-    return out
+        return fds.pop()
+    except FileNotFoundError:
+        raise UserError(
+            f"write the CDI spec of the job: {path}: it is gone (moved while setting up?); refusing"
+        ) from None
+    except OSError as e:  # a link (ENOTDIR with O_DIRECTORY), a file
+        raise UserError(
+            f"write the CDI spec of the job: {path} is not the job's verified directory "
+            f"({e.strerror}: replaced while setting up?); refusing"
+        ) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _open_dir(path: str, create: bool, check: bool = True) -> int | None:
@@ -241,7 +294,15 @@ def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
 
 
 def remove(config: Config, job_id: str) -> list[str]:
-    """Remove the job's spec (absent: nothing to do). Returns error messages."""
+    """Remove the job's spec (absent: nothing to do), then detach the mount points it
+    named (whatever the config says now: they hold the job's trees). Returns error
+    messages."""
+    from jobns.launcher import binds
+
+    return _remove_spec(config, job_id) + binds.release(config.state_dir, job_id)
+
+
+def _remove_spec(config: Config, job_id: str) -> list[str]:
     c = settings(config)
     if c is None or not device_name_ok(job_id):
         return []
@@ -281,7 +342,7 @@ def publish(config: Config, job: Job, plan: Plan, handles: list[TreeHandle]) -> 
         return None
     from jobns.launcher.environment import job_environment
 
-    binds = verified_binds(plan, handles)
+    binds = verified_binds(config.state_dir, job.job_id, plan, handles)
     hook = None
     if c.owner_check:
         import sys

@@ -1,11 +1,15 @@
-"""Extra private directories ([[dirs]]) in a standalone `jobns run` (no prolog).
+"""Extra private directories ([[dirs]]): what a standalone `jobns run` (no prolog) makes
+of them, and how setup keeps an entry's `ro` and `noexec` on every path (the cover,
+below).
 
 Without setup nothing would unmount a file system after the job's last task, so a
 standalone run never applies a backing: every entry is a plain directory
 <base>/job-ID, like the job's /tmp (launcher.plan builds it so). An ordinary user can
 make one only in a base she may write: a site's base is normally root's (jobns doctor
 asks for that), and then the entry is left out of her namespace with one warning
-line: the task sees the node's own directory there, as it would without jobns.
+line: the task sees the node's own directory there, as it would without jobns. Nor does
+a standalone run (or a container the OCI hook sets up without a prolog) get a cover:
+there `ro` and `noexec` hold at the directory's path in the task's own namespace only.
 """
 
 from __future__ import annotations
@@ -13,9 +17,13 @@ from __future__ import annotations
 import os
 import sys
 
+from jobns.launcher.errors import JobnsError, UserError
+
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from jobns.launcher.plan import Plan
+    from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.mountinfo import Mount
+    from jobns.launcher.plan import Plan, Tree
 
 
 def for_standalone(plan: Plan) -> Plan:
@@ -43,7 +51,7 @@ def for_standalone(plan: Plan) -> Plan:
 
 def without(plan: Plan, drop: set[int]) -> Plan:
     """PURE: plan without the trees numbered in drop, and without their binds."""
-    from jobns.launcher.plan import Bind, Plan, Tree
+    from jobns.launcher.plan import Bind, Plan
 
     if not drop:
         return plan
@@ -59,3 +67,162 @@ def without(plan: Plan, drop: set[int]) -> Plan:
         if b.tree in new_index
     ]
     return Plan(trees, binds, plan.env, plan.task_dirs, plan.owner)
+
+
+# ---------------------------------------------------------------- ro and noexec, host side
+#
+# An extra directory with options (ro, noexec) keeps them on every path to it, from the
+# host as from the job, in either mode. Its tree root (or the root of its capacity's file
+# system) stays root's, 0700, for good; the job's content is a directory `data` inside
+# it. Setup binds `data` onto a root-only point (launcher.binds), makes that mount
+# nosuid,nodev plus the options, and only then moves it onto the tree root: the *cover*.
+# So the one way in, from anywhere, is the cover, flagged from its first moment:
+# - every namespace made later copies it flagged (a user's own namespace locks the
+#   flags: she cannot remount them away), the job's too, so `ro` and `noexec` hold in
+#   the voluntary mode as well, at the job's path and at <base>/job-ID;
+# - copies propagated into existing namespaces (a shared /) are made from the flagged
+#   mount; a namespace that gets no copy (a private /) sees root's 0700 directory there;
+# - nobody could open `data` before (it lay in root's 0700 directory), so nobody holds
+#   a reference to it that the flags do not govern.
+# Who fills an `ro` directory: the site's pre-run program (root), through a writable
+# view of it that exists only while the program runs: $JOBNS_FILL<path> (fill()).
+# Teardown detaches the cover by the mount id recorded at setup, before anything else
+# is done to the tree (uncover()); gc, with no record, by what it mounts (is_cover()).
+
+CONTENT = "data"
+COVERED = ("ro", "noexec")
+
+
+def covered(tree: Tree) -> bool:
+    """Does the tree get a cover (an extra directory with options)?"""
+    return tree.extra is not None and any(o in COVERED for o in tree.extra.options)
+
+
+def cover(handle: TreeHandle, uid: int, gid: int, state_dir: str, job_id: str) -> str:
+    """Make the cover of a tree just made (root-owned, its capacity mounted root-owned);
+    its mount id, for the record."""
+    from jobns.launcher import binds, fs, libc, state
+
+    tree = handle.tree
+    assert tree.extra is not None
+    parent = handle.parent_fds[-1]
+    top = fs.open_dir(parent, tree.name, tree.path)  # the tree root, or its capacity's
+    area = -1
+    try:
+        st = os.fstat(top)
+        if st.st_uid != 0 or st.st_mode & 0o077:
+            raise JobnsError(f"cover {tree.path}: it is not root's and private (a bug)")
+        os.mkdir(CONTENT, 0o700, dir_fd=top)
+        data = os.open(CONTENT, binds.O_DIR, dir_fd=top)
+        try:
+            os.fchown(data, uid, gid)  # unreachable for her until the cover is in place
+            area = binds.open_area(state_dir, job_id)
+            what = f"{tree.path}/{CONTENT} (the cover of {tree.extra.target})"
+            mount_id = binds.bind(data, area, "stage", what, binds.keeping(tree.extra.options))
+        finally:
+            os.close(data)
+        stage = os.open("stage", binds.O_PATH_DIR, dir_fd=area)
+        try:
+            libc.mount(f"/proc/self/fd/{stage}", f"/proc/self/fd/{top}", None, libc.MS_MOVE)
+        except OSError as e:
+            raise JobnsError(f"move the cover of {tree.path} onto it: {e.strerror}") from None
+        finally:
+            os.close(stage)
+        os.rmdir("stage", dir_fd=area)
+        # Killed here, the record does not have the id yet: uncover finds the cover by
+        # what it mounts (is_cover).
+        state.pause_point("covered")
+        return mount_id
+    finally:
+        os.close(top)
+        if area >= 0:
+            os.close(area)
+
+
+def is_cover(m: Mount, tree: Tree) -> bool:
+    """Is the mount a cover on the tree? Told by what it mounts: a `data` directory, not
+    a whole file system. No user can make such a mount on the host: hers are FUSE
+    mounts, of their file system's root."""
+    return (
+        m.point == tree.path and m.root.endswith(f"/{CONTENT}") and not m.fstype.startswith("fuse")
+    )
+
+
+def _writable(_fd: int) -> int:
+    """The fill view's flags: writable (a bind of an `ro` cover copies its ro), and
+    nosuid,nodev,noexec: it is for copying files in, nothing else."""
+    from jobns.launcher import libc
+
+    return libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC
+
+
+def uncover(tree: Tree, mount_id: str | None) -> list[str]:
+    """Teardown: detach the tree's cover (the mount with the recorded id on its root;
+    without one, a setup that stopped before recording it: any cover there, is_cover),
+    and whatever was mounted on top of it (the job user's FUSE mount on a writable
+    one), through O_PATH fds that ask no file system anything. Gone: nothing to do."""
+    from jobns.launcher import fs, libc, mountinfo
+
+    base = fs.open_base(tree.base, f"{tree.role} base")
+    try:
+        for _ in range(16):
+            if not any(
+                m.mount_id == mount_id if mount_id else is_cover(m, tree)
+                for m in mountinfo.mounts()
+                if m.point == tree.path
+            ):
+                return []
+            # The top of the stack is ours or lies above ours: hers, on her tree.
+            fd = os.open(tree.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=base)
+            try:
+                libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
+            finally:
+                os.close(fd)
+        return [f"detach the cover of {tree.path}: still mounted after 16 attempts"]
+    except OSError as e:
+        return [f"detach the cover of {tree.path}: {e.strerror}"]
+    finally:
+        os.close(base)
+
+
+def only_covers_on(tree: Tree) -> bool:
+    """gc, for a tree no record names (its cover's id is lost with the record): is all
+    that is mounted on or in it covers (is_cover)? Then it can be judged and removed
+    like any other (gc detaches what is on it first)."""
+    from jobns.launcher import mountinfo
+
+    found = mountinfo.under(tree.path)
+    return bool(found) and all(is_cover(m, tree) for m in found)
+
+
+def fill(state_dir: str, job_id: str, trees: list[tuple[Tree, str | None]]) -> str:
+    """Before the pre-run program: a writable view (nosuid,nodev,noexec) of each covered
+    extra directory at <area>/fill<path>, made from the cover found on its tree by its
+    recorded mount id; returns <area>/fill, or "" if there is none. trees: (tree, the
+    cover's mount id). Removed right after the program (launcher.binds.release)."""
+    from jobns.launcher import binds, fs, mountinfo
+
+    made = False
+    for tree, mount_id in trees:
+        if tree.extra is None or mount_id is None:
+            continue
+        base = fs.open_base(tree.base, f"{tree.role} base")
+        try:
+            src = os.open(tree.name, binds.O_PATH_DIR, dir_fd=base)
+        finally:
+            os.close(base)
+        try:
+            if mountinfo.mount_id(src) != mount_id:
+                # Her FUSE mount on a writable cover: the pre-run program never writes there.
+                raise UserError(f"fill {tree.extra.target}: something is mounted on {tree.path}")
+            *dirs, name = tree.extra.target.strip("/").split("/")
+            parent = binds.open_area(state_dir, job_id, "fill", *dirs)
+            try:
+                what = f"{tree.path} (to fill {tree.extra.target})"
+                binds.bind(src, parent, name, what, _writable)
+            finally:
+                os.close(parent)
+            made = True
+        finally:
+            os.close(src)
+    return f"{binds.area(state_dir, job_id)}/fill" if made else ""

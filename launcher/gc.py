@@ -29,6 +29,7 @@ import time
 from jobns.launcher import config as config_mod
 from jobns.launcher import fs, state, sysprog
 from jobns.launcher import record as records
+from jobns.launcher.dirs import only_covers_on
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.inputs import Options
 from jobns.launcher.job import safe_component
@@ -202,7 +203,7 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[st
             if not _job_id(job_id) or job_id in jobs or path in recorded:
                 continue
             tree = Tree(role, base, (), name, children, True)
-            if fs.mounted_on(tree):
+            if fs.mounted_on(tree) and not (role == "dir" and only_covers_on(tree)):
                 # A user's mount on it (a stalled FUSE server would hang us): not proven
                 # dead, left alone (jobns status shows it).
                 continue
@@ -336,6 +337,20 @@ def main(opts: Options, _command: list[str]) -> int:
             dry=dry,
         )
         for err in [] if dry else cdi.remove(config, job_id):
+            say(f"jobns gc: {err}", level="error")
+            problems += 1
+    # Root's mount points of jobs with no record left (launcher.binds): before the trees,
+    # which they hold.
+    from jobns.launcher import binds
+
+    for job_id in binds.orphans(config.state_dir, set(state.list_jobs(config.state_dir))):
+        say(
+            f"{'would detach' if dry else 'detaching'} root's mount points of job {job_id} "
+            "(no job record)",
+            job_id,
+            dry=dry,
+        )
+        for err in [] if dry else binds.release(config.state_dir, job_id):
             say(f"jobns gc: {err}", level="error")
             problems += 1
     # Disk capacities (launcher.diskimage) of jobs with no state left: mounts, loop

@@ -48,7 +48,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from jobns.launcher import cdi, fs, pins, sizelimit, state
+from jobns.launcher import cdi, dirs, fs, pins, sizelimit, state
 from jobns.launcher import record as records
 from jobns.launcher.errors import JobnsError, UserError, printable_path
 from jobns.launcher.inputs import Options
@@ -336,21 +336,22 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
     try:
         for tree, rec in zip(plan.trees, record.trees, strict=True):
             size = rec.capacity
-            h = fs.acquire_tree(tree, uid, gid, aside=aside, fresh=size is not None)
+            cover = dirs.covered(tree)  # ro/noexec on every path (launcher.dirs)
+            h = fs.acquire_tree(tree, uid, gid, aside=aside, fresh=size is not None or cover)
             handles.append(h)
             if h.created:
                 rec.made = True
                 records.save(config.state_dir, record)
-            if size is None:
+            if size is None and not cover:
                 continue
-            if (
-                (tree.extra.backing == "disk")
-                if tree.extra
-                else tree.role == "local" and _disk(config)
-            ):
-                _mount_image(config, record, rec, h, job.job_id, uid, gid)
-            else:
-                sizelimit.mount(h, size, uid, gid, job.job_id)
+            # A covered tree's file system stays root's: only the cover's content is hers.
+            owner = (0, 0) if cover else (uid, gid)
+            if size is not None and _on_disk(config, tree):
+                _mount_image(config, record, rec, h, job.job_id, *owner)
+            elif size is not None:
+                sizelimit.mount(h, size, *owner, job.job_id)
+            if cover:  # recorded with the next save (until then uncover finds it anyway)
+                rec.cover = dirs.cover(h, uid, gid, config.state_dir, job.job_id)
             again = fs.acquire_tree(tree, uid, gid, create=False)
             again.created = True
             h.close()
@@ -370,6 +371,11 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
         for note in aside:
             warn(f"setup {job.job_id}: warning: {note}")
     return handles
+
+
+def _on_disk(config: Config, tree: Tree) -> bool:
+    """Is the tree's capacity a disk image (an extra directory's backing, or /tmp's)?"""
+    return tree.extra.backing == "disk" if tree.extra else tree.role == "local" and _disk(config)
 
 
 def _disk(config: Config) -> bool:
@@ -417,7 +423,7 @@ def pre_run(
         pins.unpin(record.pins)
     record.pins = pins.pin(plan, handles, job, state_dir, enforce=config.enforce)
     records.save(state_dir, record)
-    failure = run_program(config, record, "pre-run")
+    failure = _pre_run_program(config, record)
     if failure is not None:
         raise JobnsError(f"setup job {job_id}: {failure}; the job is torn down")
     state.write_run_env(
@@ -432,6 +438,22 @@ def pre_run(
     cdi.publish(config, job, plan, handles)
     record.ran = True
     records.enter(state_dir, record, "running")
+
+
+def _pre_run_program(config: Config, record: Record) -> str | None:
+    """The site's pre-run program, with a writable view of each covered extra directory
+    while it runs ($JOBNS_FILL<path>: the one way to fill an `ro` one)."""
+    from jobns.launcher import binds
+
+    if not config.lifecycle.pre_run:
+        return None
+    view = dirs.fill(config.state_dir, record.job_id, [(t.tree, t.cover) for t in record.trees])
+    try:
+        return run_program(config, record, "pre-run", {"JOBNS_FILL": view} if view else None)
+    finally:
+        if view:
+            for err in binds.release(config.state_dir, record.job_id):
+                warn(f"setup {record.job_id}: {err}")
 
 
 def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str, str]:
@@ -556,6 +578,8 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             keep_scratch = bool(problems)
         for t in record.trees:
             tree, gone = t.tree, removable(t.tree, t.made, record)
+            if t.cover is not None or dirs.covered(tree):
+                errors += dirs.uncover(tree, t.cover)  # first: the rest works on the tree
             if t.image is not None:
                 # A disk capacity: shut down, detach, truncate, unlink (constant time).
                 from jobns.launcher import diskimage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class Mount:
-    __slots__ = ("dev", "fstype", "mount_id", "optional", "point", "source")
+    __slots__ = ("dev", "fstype", "mount_id", "optional", "point", "root", "source")
 
     def __init__(
         self,
@@ -14,13 +14,28 @@ class Mount:
         source: str,
         optional: tuple[str, ...] = (),
         mount_id: str = "",
+        root: str = "/",
     ) -> None:
         self.mount_id = mount_id  # as /proc/self/fdinfo/N's mnt_id names it
         self.dev = dev  # "major:minor" of the mounted file system
+        self.root = root  # the directory of that file system mounted here ("/": all of it)
         self.point = point  # the mount point, as this process sees it
         self.fstype = fstype
         self.source = source
         self.optional = optional  # propagation: shared:N, master:N, propagate_from:N
+
+
+def mount_id(fd: int) -> str:
+    """The id of the mount an open fd (O_PATH too) lies on, as mountinfo's first field
+    names it. Reading fdinfo asks no file system anything (a stalled FUSE server cannot
+    hang it)."""
+    from jobns.launcher.errors import JobnsError
+
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        for line in f:
+            if line.startswith("mnt_id:"):
+                return line.split()[1]
+    raise JobnsError("read /proc/self/fdinfo: no mnt_id (Linux 3.15 or later needed)")
 
 
 def unescape(field: str) -> str:
@@ -54,6 +69,7 @@ def mounts() -> list[Mount]:
                         unescape(rest[1]),
                         tuple(fields[6:]),
                         fields[0],
+                        unescape(fields[3]),
                     )
                 )
     return found

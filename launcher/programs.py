@@ -1,7 +1,9 @@
 """[lifecycle] pre_run and post_run: the site's programs, run as root in the host's
 namespaces, never inside the job's (the job's namespace is its user's: SECURITY.md
 rule 1). They get the job's variables and JOBNS_* (host paths, pins); a program that
-must act inside the job does so as the job user (README "Acting inside a job")."""
+must act inside the job does so as the job user (README "Acting inside a job"). The
+pre-run program also gets JOBNS_FILL: a writable view of each extra directory with
+options, $JOBNS_FILL<path>, the one way to fill an `ro` one (launcher.dirs.fill)."""
 
 from __future__ import annotations
 
@@ -56,8 +58,11 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
     return env
 
 
-def run_program(config: Config, record: Record, phase: str) -> str | None:
-    """Run [lifecycle] pre_run/post_run as root without a shell; None, or what failed."""
+def run_program(
+    config: Config, record: Record, phase: str, more: dict[str, str] | None = None
+) -> str | None:
+    """Run [lifecycle] pre_run/post_run as root without a shell; None, or what failed.
+    more: variables besides program_env's (the pre-run program's JOBNS_FILL)."""
     key = phase.replace("-", "_")
     command = getattr(config.lifecycle, key)
     if not command:
@@ -80,7 +85,7 @@ def run_program(config: Config, record: Record, phase: str) -> str | None:
             stderr=sys.stderr.fileno(),
             cwd="/",
             process_group=0,
-            env=program_env(config, record, phase),
+            env={**program_env(config, record, phase), **(more or {})},
             preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),
         )
     except OSError as e:

@@ -29,24 +29,31 @@ class TreeRecord:
     """One recorded tree: where it is, whether it is removed, its capacity, and whether
     this setup made it (a failed setup removes only what it made)."""
 
-    __slots__ = ("capacity", "image", "made", "tree")
+    __slots__ = ("capacity", "cover", "image", "made", "tree")
 
     def __init__(
-        self, tree: Tree, capacity: int | None = None, made: bool = False, image: str | None = None
+        self,
+        tree: Tree,
+        capacity: int | None = None,
+        made: bool = False,
+        image: str | None = None,
+        cover: str | None = None,
     ) -> None:
         self.tree = tree
         self.capacity = capacity
         self.made = made
         self.image = image  # a disk capacity's image file (launcher.diskimage), if any
+        self.cover = cover  # the mount id of an extra directory's cover (launcher.dirs)
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> TreeRecord:
-        cap, image = d.get("capacity"), d.get("image")
+        cap, image, cover = d.get("capacity"), d.get("image"), d.get("cover")
         return cls(
             tree_from_record(d),
             cap if isinstance(cap, int) else None,
             d.get("made", True) is True,
             image if isinstance(image, str) else None,
+            cover if isinstance(cover, str) else None,
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -54,6 +61,8 @@ class TreeRecord:
         out["made"] = self.made
         if self.image is not None:
             out["image"] = self.image
+        if self.cover is not None:
+            out["cover"] = self.cover
         return out
 
 

@@ -736,6 +736,23 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                    'null']},
                                                              'children': {'items': {'type': 'string'},
                                                                           'type': 'array'},
+                                                             'cover': {'description': 'An extra '
+                                                                                      'directory '
+                                                                                      'with '
+                                                                                      'options: '
+                                                                                      'the mount '
+                                                                                      'id of its '
+                                                                                      'cover, the '
+                                                                                      'flagged '
+                                                                                      'bind setup '
+                                                                                      'put on its '
+                                                                                      'tree root '
+                                                                                      '(launcher.dirs); '
+                                                                                      'teardown '
+                                                                                      'detaches it '
+                                                                                      'by this id.',
+                                                                       'pattern': '^[0-9]+$',
+                                                                       'type': 'string'},
                                                              'image': {'description': 'A disk '
                                                                                       'capacity: '
                                                                                       'the image '

@@ -16,8 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import JOBNS, OsUser, Sandbox
-from tests.e2e.test_oci_runtimes import GATE_LOOP, Rig, aborted, busybox_rootfs, need, wait_for
+from tests.conftest import JOBNS, OsUser, Sandbox, job_mounts
+from tests.e2e.test_oci_runtimes import (
+    GATE_LOOP,
+    Rig,
+    aborted,
+    busybox_rootfs,
+    need,
+    start,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 
@@ -26,10 +34,16 @@ CDI_DIR = Path("/var/run/cdi")
 
 @pytest.fixture
 def cdi(sandbox: Sandbox) -> Iterator[Rig]:
+    yield from podman_rig(sandbox)
+
+
+def podman_rig(sandbox: Sandbox, config: str = "") -> Iterator[Rig]:
+    """Root's Podman (runc, cgroupfs: MACHINE.md) reading the real /var/run/cdi, where
+    setup writes each job's spec; config: more [cdi] keys."""
     need("podman")
     need("runc")
     rig = Rig(sandbox, busybox_rootfs())
-    sandbox.write_config(f'[cdi]\ndir = "{CDI_DIR}"\n')
+    sandbox.write_config(f'[cdi]\ndir = "{CDI_DIR}"\n{config}')
     yield rig
     for name in rig.podman_names:
         subprocess.run(["podman", "rm", "-f", "--time", "0", name], capture_output=True)
@@ -108,11 +122,13 @@ def test_setup_writes_the_spec_and_teardown_removes_it(cdi: Rig, users: list[OsU
         [dev] = doc["devices"]
         assert dev["name"] == job
         edits = dev["containerEdits"]
-        tree = cdi.box.local / f"job-{job}"
+        # Root's mount points, the job's trees bound there (a path through her trees could
+        # be swapped for a link: tests/security/test_cdi_attacks.py).
+        points = cdi.box.state / "mounts" / job / "cdi"
         assert [(m["containerPath"], m["hostPath"], m["options"]) for m in edits["mounts"]] == [
-            ("/tmp", f"{tree}/tmp", ["rbind", "nosuid", "nodev"]),
-            ("/var/tmp", f"{tree}/var_tmp", ["rbind", "nosuid", "nodev"]),
-            ("/dev/shm", f"{cdi.box.shm}/job-{job}", ["rbind", "nosuid", "nodev"]),
+            ("/tmp", f"{points}/0-tmp", ["rbind", "nosuid", "nodev"]),
+            ("/var/tmp", f"{points}/1-var-tmp", ["rbind", "nosuid", "nodev"]),
+            ("/dev/shm", f"{points}/2-dev-shm", ["rbind", "nosuid", "nodev"]),
         ]
         env = dict(e.split("=", 1) for e in edits["env"])
         assert (env["TMPDIR"], env["JOBNS_JOB_ID"]) == ("/tmp", job)
@@ -135,6 +151,8 @@ def test_setup_writes_the_spec_and_teardown_removes_it(cdi: Rig, users: list[OsU
     finally:
         teardown(cdi, job)
     assert not spec_path(job).exists()
+    assert not (cdi.box.state / "mounts" / job).exists()
+    assert job_mounts(cdi.box) == []
     assert cdi.clean(), (cdi.box.leftovers(), cdi.holds_left())
 
 
@@ -147,7 +165,7 @@ def test_containers_and_a_task_of_a_job_share_and_another_job_does_not(
     setup(cdi, j2, alice)
     rootfs = cdi.rootfs_copy("c")
     tree = cdi.box.local / f"job-{j1}" / "tmp"
-    a = subprocess.Popen(
+    a = start(
         podman(
             cdi,
             f"jobns-{cdi.tag}-ca",
@@ -157,12 +175,7 @@ def test_containers_and_a_task_of_a_job_share_and_another_job_does_not(
             + "; cat /tmp/b /tmp/t",
             rootfs,
             alice,
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-        stdin=subprocess.DEVNULL,
+        )
     )
     try:
         wait_for(tree / "a", timeout=60)

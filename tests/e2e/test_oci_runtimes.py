@@ -212,6 +212,18 @@ class Rig:
         return self.box.leftovers() == [] and self.holds_left() == []
 
 
+def start(cmd: list[str]) -> subprocess.Popen[str]:
+    """A container run in the background, its output captured."""
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def wait_for(path: Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -577,18 +589,13 @@ def test_podman_hooks_d_shares_within_a_job_and_cleans_up(rig: Rig) -> None:
     j1, j2 = rig.job(7), rig.job(8)
     rootfs = rig.rootfs_copy("p")
     tree = rig.box.local / f"job-{j1}" / "tmp"
-    a = subprocess.Popen(
+    a = start(
         rig.podman(
             f"jobns-{rig.tag}-a",
             j1,
             "echo from-a > /tmp/a; echo s > /dev/shm/s; " + GATE_LOOP + "; cat /tmp/b",
             rootfs,
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-        stdin=subprocess.DEVNULL,
+        )
     )
     try:
         wait_for(tree / "a", timeout=60)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OsUser, Sandbox
+from tests.conftest import OsUser, Sandbox, job_mounts
 
 pytestmark = pytest.mark.root
 
@@ -24,6 +26,11 @@ def box(sandbox: Sandbox) -> Iterator[Sandbox]:
     sandbox.write_config(f'[cdi]\ndir = "{sandbox.root / "cdi"}"\n')
     yield sandbox
     subprocess.run(["umount", "-l", str(sandbox.state)], capture_output=True, check=False)
+
+
+def identity(path: str | Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def specs(box: Sandbox) -> list[str]:
@@ -99,8 +106,9 @@ def test_refused_job_gets_no_spec(box: Sandbox, users: list[OsUser]) -> None:
 
 @pytest.mark.parametrize("layout", ["shared", "per-node"])
 def test_shared_layouts_name_their_trees(box: Sandbox, users: list[OsUser], layout: str) -> None:
-    """The spec names whatever the record's trees are: under shared_base for the shared
-    layouts (per-node: the node's own directory), /dev/shm's always node-local."""
+    """The spec names root's mount points (<state_dir>/mounts/JOB/cdi/, root's all the
+    way), each the record's tree bound there: under shared_base for the shared layouts
+    (per-node: the node's own directory), /dev/shm's always node-local."""
     alice = users[0]
     job = f"CS{layout[0]}"
     flag = "--use-shared-tmpdir" + ("=per-node" if layout == "per-node" else "")
@@ -111,13 +119,77 @@ def test_shared_layouts_name_their_trees(box: Sandbox, users: list[OsUser], layo
         mounts = {
             m["containerPath"]: m["hostPath"] for m in doc["devices"][0]["containerEdits"]["mounts"]
         }
-        assert mounts["/tmp"].startswith(f"{box.shared}/job-{job}/")
-        assert mounts["/tmp"].endswith("/tmp") and mounts["/var/tmp"].endswith("/var_tmp")
+        points = box.state / "mounts" / job / "cdi"
+        assert mounts == {
+            "/tmp": f"{points}/0-tmp",
+            "/var/tmp": f"{points}/1-var-tmp",
+            "/dev/shm": f"{points}/2-dev-shm",
+        }
+        tree = box.shared / f"job-{job}"
         if layout == "per-node":
-            assert mounts["/tmp"] != f"{box.shared}/job-{job}/tmp"  # a node directory between
-        assert mounts["/dev/shm"] == f"{box.shm}/job-{job}"
-        for path in mounts.values():
+            (node,) = os.listdir(tree)  # a node directory between
+            tree = tree / node
+        sources = {"/tmp": tree / "tmp", "/var/tmp": tree / "var_tmp"}
+        sources["/dev/shm"] = box.shm / f"job-{job}"
+        for target, path in mounts.items():
+            assert identity(path) == identity(sources[target]), target
             assert os.stat(path).st_uid == alice.uid
+        for p in (box.state / "mounts", points.parent, points):
+            st = os.lstat(p)
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700), p
     finally:
         assert box.run(["teardown", "--job-id", job]).returncode == 0
     assert specs(box) == []
+
+
+def test_the_spec_mount_points_reach_no_namespace_made_before_or_a_job(
+    box: Sandbox, users: list[OsUser]
+) -> None:
+    """The mount points are made under state_dir, a private mount: a namespace that is a
+    slave of the host's and was made before (like a job's, which also hides state_dir)
+    never gets them; they are private themselves (nothing mounted later in a tree
+    reaches them, nor the other way)."""
+    alice = users[0]
+    assert box.run(["setup", "--job-id", "CP1", "--user", alice.name]).returncode == 0
+    slave = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "slave", "sleep", "120"], cwd="/"
+    )
+    try:
+        time.sleep(0.2)
+        assert box.run(["setup", "--job-id", "CP2", "--user", alice.name]).returncode == 0
+        points = f"{box.state}/mounts/CP2/cdi/"
+        host = [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if points in ln]
+        assert len(host) == 3, host
+        assert not [ln for ln in host if "shared:" in ln or "master:" in ln], host
+        assert points not in Path(f"/proc/{slave.pid}/mountinfo").read_text()
+        r = box.run(["run", "--job-id", "CP1", "--", "cat", "/proc/self/mountinfo"], user=alice)
+        assert r.returncode == 0 and f"{box.state}/mounts" not in r.stdout, r.stdout
+    finally:
+        slave.kill()
+        slave.wait()
+        for job in ("CP1", "CP2"):
+            assert box.run(["teardown", "--job-id", job]).returncode == 0
+    assert specs(box) == [] and box.leftovers() == []
+    assert not (box.state / "mounts" / "CP2").exists()
+
+
+def test_gc_detaches_the_mount_points_of_a_job_whose_record_is_gone(
+    box: Sandbox, users: list[OsUser]
+) -> None:
+    """A node that lost a job's record and spec (its state directory removed by hand)
+    keeps the spec's mount points, which hold the job's trees: gc detaches them (no
+    record, so not a live job's), then removes the trees."""
+    alice = users[0]
+    assert box.run(["setup", "--job-id", "CR6", "--user", alice.name]).returncode == 0
+    jobdir = box.state / "jobs" / "CR6"
+    for pin in ("ns/mnt", "ns/user"):
+        subprocess.run(["umount", "-l", str(jobdir / pin)], capture_output=True, check=False)
+    shutil.rmtree(jobdir)
+    (box.state / "jobs" / "CR6.lock").unlink(missing_ok=True)
+    (box.root / "cdi" / "jobns-CR6.json").unlink()  # the spec gone too (gc found it earlier)
+    assert (box.state / "mounts" / "CR6").is_dir()
+    r = box.run(["gc", "--no-slurm"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "detaching root's mount points of job CR6 (no job record)" in r.stdout, r.stdout
+    assert not (box.state / "mounts" / "CR6").exists()
+    assert specs(box) == [] and box.leftovers() == [] and job_mounts(box) == []

@@ -245,7 +245,10 @@ def test_the_record_is_the_truth_and_the_cdi_spec_carries_the_options(
     mounts = {m["containerPath"]: m for m in doc["devices"][0]["containerEdits"]["mounts"]}
     plain, fast, data = dirs.targets
     assert mounts[str(plain)]["options"] == ["rbind", "nosuid", "nodev", "noexec"]
-    assert mounts[str(plain)]["hostPath"] == f"{dirs.plain}/job-c1"
+    assert (
+        mounts[str(plain)]["hostPath"]
+        == f"{box.state}/mounts/c1/cdi/3{str(plain).replace('/', '-')}"
+    )
     assert mounts[str(fast)]["options"] == ["rbind", "nosuid", "nodev"]
     assert mounts[str(data)]["options"] == ["rbind", "nosuid", "nodev", "ro"]
     box.write_config(f'[cdi]\ndir = "{cdi}"\n')  # [[dirs]] gone from the site's config
@@ -260,7 +263,15 @@ def test_the_record_is_the_truth_and_the_cdi_spec_carries_the_options(
     assert dirs.left() == []
 
 
-STEPS = ["staging-in", "image-made", "fs-made", "loop-attached", "mounted", "pre-run"]
+STEPS = [
+    "staging-in",
+    "image-made",
+    "fs-made",
+    "loop-attached",
+    "mounted",
+    "covered",
+    "pre-run",
+]
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -355,3 +366,42 @@ def test_doctor_checks_each_path_and_base(dirs: Dirs, users: list[OsUser]) -> No
     dirs.targets[0].mkdir()
     os.chown(dirs.plain, 0, 0)
     dirs.disk.chmod(0o755)
+
+
+def test_the_pre_run_program_fills_a_read_only_directory_through_jobns_fill(
+    dirs: Dirs, users: list[OsUser]
+) -> None:
+    """Who fills an `ro` directory: the site's pre-run program (root), through
+    $JOBNS_FILL<path>, a writable view of each directory with options that exists only
+    while it runs. Its files are there for the job (read-only, and executable where
+    noexec is not set); the host path is read-only for root too; nothing of the view is
+    left once the job runs."""
+    alice = users[0]
+    box = dirs.box
+    plain, _, data = dirs.targets
+    prog = box.root / "pre-run.sh"
+    seen = box.root / "seen"
+    prog.write_text(
+        "#!/bin/sh\nset -e\n"
+        f'ls -A "$JOBNS_FILL{box.root}/mnt" > {seen}\n'
+        f'echo reference > "$JOBNS_FILL{data}/ref"\n'
+        f"printf '#!/bin/sh\\necho tool ran\\n' > \"$JOBNS_FILL{data}/tool\"\n"
+        f'chmod 755 "$JOBNS_FILL{data}/tool"\n'
+        f'echo note > "$JOBNS_FILL{plain}/note"\n'
+        f"echo x > {dirs.disk}/job-$JOBNS_JOB_ID/direct 2>/dev/null && exit 7\n"
+        "exit 0\n"
+    )
+    prog.chmod(0o755)
+    dirs.write(before=f'[lifecycle]\npre_run = "{prog}"\n')
+    r = setup(box, "f1", alice)
+    assert r.returncode == 0, r.stderr
+    assert seen.read_text().split() == ["data", "scratch"]  # the two with options
+    assert not (box.state / "mounts" / "f1").exists()
+    assert [m for m in job_mounts(box) if "/mounts/" in m] == []
+    r = in_job(box, "f1", alice, f"cat {data}/ref {plain}/note; {data}/tool; echo x > {data}/mine")
+    assert r.stdout == "reference\nnote\ntool ran\n", (r.stdout, r.stderr)
+    assert "Read-only file system" in r.stderr
+    st = (dirs.disk / "job-f1" / "ref").stat()
+    assert st.st_uid == 0  # the program's files stay root's: she cannot change them
+    assert box.run(["teardown", "--job-id", "f1"]).returncode == 0
+    assert dirs.left() == []

@@ -21,8 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import OsUser, Sandbox, require
+from tests.conftest import OsUser, Sandbox, job_mounts, require
+from tests.e2e import test_cdi as e2e_cdi
+from tests.e2e.test_cdi import podman, run
+from tests.e2e.test_oci_runtimes import Rig, start, wait_for
 from tests.integration.test_hook import Container, holds_left, host_mounts, one_line_error
+from tests.security.conftest import snapshot
 
 pytestmark = pytest.mark.root
 
@@ -154,19 +158,7 @@ def test_a_tree_swapped_before_the_spec_is_written_is_never_named(
     try:
         _stopped(setup_proc.pid)
         tree = box.local / "job-CD3"
-        swap = (
-            f"import os; os.rename({str(tree)!r}, {str(tree) + '.away'!r}); "
-            f"os.symlink({str(decoy)!r}, {str(tree)!r})"
-        )
-        r = subprocess.run(
-            ["/usr/bin/python3", "-c", swap],
-            capture_output=True,
-            text=True,
-            user=alice.uid,
-            group=alice.gid,
-            cwd="/",
-        )
-        assert r.returncode == 0, r.stderr
+        swap_for_links(alice, [(tree, decoy)])
         os.kill(setup_proc.pid, signal.SIGCONT)
         _, err = setup_proc.communicate(timeout=60)
     finally:
@@ -242,3 +234,143 @@ def test_already_bound_never_skips_the_check_of_a_linked_rootfs(
             c.stop()
         assert box.run(["teardown", "--job-id", "CD5"]).returncode == 0
     assert box.leftovers() == []
+
+
+# ------------------------------------------------- the spec's host paths, real Podman
+
+
+@pytest.fixture
+def podman_rig(sandbox: Sandbox) -> Iterator[Rig]:
+    """Root's Podman with the zero-process spec (owner_check = false): only the spec's
+    host paths decide what a container gets."""
+    yield from e2e_cdi.podman_rig(sandbox, "owner_check = false\n")
+
+
+def as_user(user: OsUser, code: str) -> None:
+    r = subprocess.run(
+        ["/usr/bin/python3", "-c", code],
+        capture_output=True,
+        text=True,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[user.gid],
+        cwd="/",
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def swap_for_links(user: OsUser, pairs: list[tuple[Path, Path]]) -> None:
+    """user renames each of her entries aside (<name>.away) and puts a symbolic link to
+    the victim's in its place: she owns them, in sticky bases."""
+    code = "import os\n" + "".join(
+        f"os.rename({str(mine)!r}, {str(mine) + '.away'!r})\n"
+        f"os.symlink({str(his)!r}, {str(mine)!r})\n"
+        for mine, his in pairs
+    )
+    as_user(user, code)
+
+
+def swap_back(user: OsUser, pairs: list[tuple[Path, Path]]) -> None:
+    code = "import os\n" + "".join(
+        f"os.unlink({str(mine)!r}); os.rename({str(mine) + '.away'!r}, {str(mine)!r})\n"
+        for mine, _ in pairs
+    )
+    as_user(user, code)
+
+
+def test_a_link_in_place_of_her_tree_never_gives_her_container_another_jobs_directories(
+    podman_rig: Rig, users: list[OsUser]
+) -> None:
+    """Attack (issue 20, finding 7): with owner_check = false, bob's job runs beside
+    alice's; alice renames her trees aside (<local>/job-A, <shm>/job-A: hers, in sticky
+    bases) and puts links to bob's trees in their place, then runs her container with
+    her job's device. Podman (root) binds the spec's host paths: if they went through
+    her trees it would follow her links and give her container bob's /tmp, /var/tmp and
+    /dev/shm. Defence: the spec names root's own mount points (<state_dir>/cdi/JOB/...,
+    root's all the way), onto which setup bound the verified trees by fd: her container
+    sees her own (empty) directories, bob's files are neither read nor written."""
+    rig = podman_rig
+    alice, bob = users
+    mine, his = rig.job(11), rig.job(12)
+    box = rig.box
+    setup(box, his, bob)
+    setup(box, mine, alice)
+    pairs = [
+        (box.local / f"job-{mine}", box.local / f"job-{his}"),
+        (box.shm / f"job-{mine}", box.shm / f"job-{his}"),
+    ]
+    secret = "echo secret > /tmp/s; echo secret > /var/tmp/s; echo secret > /dev/shm/s"
+    r = box.run(["run", "--job-id", his, "--", "sh", "-c", secret], user=bob)
+    assert r.returncode == 0, r.stderr
+    before = {p: snapshot(p) for _, p in pairs}
+    swapped = False
+    try:
+        swap_for_links(alice, pairs)
+        swapped = True
+        script = (
+            "for d in /tmp /var/tmp /dev/shm; do cat $d/s 2>/dev/null; "
+            "echo pwned > $d/p 2>/dev/null; ls -A $d; done"
+        )
+        r = run(podman(rig, f"jobns-{rig.tag}-swap", mine, script, rig.rootfs_copy("s"), alice))
+        assert "secret" not in r.stdout, r.stdout  # bob's files: not read...
+        assert {p: snapshot(p) for _, p in pairs} == before  # ...nor written
+        assert r.returncode == 0, r.stderr
+        # Her container wrote into her own, real trees.
+        away = box.local / f"job-{mine}.away"
+        assert (away / "tmp" / "p").read_text() == "pwned\n"
+        assert (box.shm / f"job-{mine}.away" / "p").read_text() == "pwned\n"
+        swap_back(alice, pairs)
+        swapped = False
+    finally:
+        if swapped:
+            swap_back(alice, pairs)
+        for job in (mine, his):
+            assert box.run(["teardown", "--job-id", job]).returncode == 0
+    assert rig.clean(), box.leftovers()
+    assert [m for m in job_mounts(box) if "/cdi/" in m] == []
+
+
+def test_teardown_detaches_the_spec_mount_points_while_her_container_holds_files_in_them(
+    podman_rig: Rig, users: list[OsUser]
+) -> None:
+    """Rule 6 with the spec's mount points: alice's container, started through them,
+    keeps files open in its /tmp and /dev/shm (both capacities) and its working
+    directory in /tmp while the job is torn down. Teardown still exits 0 and leaves
+    nothing on the host: the mount points are detached before the trees are removed,
+    the capacities are unmounted, the trees and the area under <state_dir>/mounts gone."""
+    rig = podman_rig
+    alice = users[0]
+    job = rig.job(13)
+    box = rig.box
+    r = box.run(
+        [
+            "setup",
+            "--job-id",
+            job,
+            "--user",
+            alice.name,
+            "--directives",
+            "shm capacity=16MiB; tmp capacity=16MiB",
+        ]
+    )
+    assert r.returncode == 0, r.stderr
+    name = f"jobns-{rig.tag}-held"
+    script = (
+        "cd /tmp; exec 3>/tmp/held 4>/dev/shm/held; echo x >&3; echo x >&4; "
+        "echo ready > /tmp/ready; exec sleep 600"
+    )
+    p = start(podman(rig, name, job, script, rig.rootfs_copy("h"), alice))
+    try:
+        wait_for(box.local / f"job-{job}" / "tmp" / "ready", timeout=60)
+        points = box.state / "mounts" / job / "cdi"
+        assert [m for m in job_mounts(box) if f"{points}/" in m], "no mount points to detach"
+        r = box.run(["teardown", "--job-id", job])
+        assert (r.returncode, r.stderr) == (0, ""), r.stderr
+        assert p.poll() is None  # the container still runs, holding its files
+        assert job_mounts(box) == []
+        assert not (box.state / "mounts" / job).exists()
+        assert box.leftovers() == []
+    finally:
+        subprocess.run(["podman", "rm", "-f", "--time", "0", name], capture_output=True)
+        p.wait(timeout=60)

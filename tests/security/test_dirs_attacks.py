@@ -7,12 +7,13 @@ into her extra directories, whatever their backing."""
 from __future__ import annotations
 
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import job_mounts
-from tests.security.conftest import World, mounts, no_crash, refused, snapshot
+from tests.security.conftest import MIB, World, mounts, no_crash, refused, shmem_bytes, snapshot
 from tests.security.test_setup_attacks import entries, moved_intact, squat
 
 pytestmark = pytest.mark.root
@@ -190,3 +191,172 @@ def test_a_link_planted_on_an_extra_dir_path_is_never_bound_through(
     assert site.left() == []
     r = world.box.run(["doctor", "--slurm-conf", "/nonexistent"])
     assert f"{site.mnt} (uid 0, mode 1777) lets another user replace" in r.stdout, r.stdout
+
+
+# ------------------------------------------------ ro and noexec on every path (issue 20, 9)
+
+PROG = "#!/bin/sh\necho ran-her-program\n"
+
+# argv: PID TARGET...: enter the user and mount namespaces of PID (a task of her own
+# voluntary job: they are hers) and try to remount each TARGET read-write and exec.
+NS_REMOUNT = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for kind, flag in (("user", 0x10000000), ("mnt", 0x00020000)):
+    fd = os.open(f"/proc/{sys.argv[1]}/ns/{kind}", os.O_RDONLY)
+    if libc.setns(fd, flag) != 0:
+        sys.exit(f"setns {kind}: {os.strerror(ctypes.get_errno())}")
+for target in sys.argv[2:]:
+    # MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV: rw and exec again
+    r = libc.mount(None, target.encode(), None, 32 | 4096 | 2 | 4, None)
+    print(target, "remounted" if r == 0 else os.strerror(ctypes.get_errno()))
+"""
+
+
+class Flagged:
+    """Three [[dirs]] entries with options: a plain directory `ro` and a 4 MiB tmpfs
+    `noexec` in sticky world-writable bases (like /tmp), a 16 MiB disk `ro,noexec`
+    (its base root's); mount points under mnt/."""
+
+    def __init__(self, world: World, enforce: bool, pre_run: str = "") -> None:
+        root = world.box.root
+        self.world = world
+        self.enforce = enforce
+        self.bases = [root / "fro", root / "fnx", root / "fdisk"]
+        self.targets = [root / "mnt" / n for n in ("ro", "nx", "both")]
+        for base, mode in zip(self.bases, (0o1777, 0o1777, 0o755), strict=True):
+            base.mkdir()
+            base.chmod(mode)
+        for t in self.targets:
+            t.mkdir(parents=True)
+        ro, nx, both = self.targets
+        slurm = "[slurm]\nenforce = true\n" if enforce else ""
+        lifecycle = f'[lifecycle]\npre_run = "{pre_run}"\n' if pre_run else ""
+        world.box.write_config(
+            slurm
+            + lifecycle
+            + f'[[dirs]]\npath = "{ro}"\nbase = "{self.bases[0]}"\noptions = ["ro"]\n'
+            + f'[[dirs]]\npath = "{nx}"\nbase = "{self.bases[1]}"\nbacking = "tmpfs"\n'
+            + 'size = "4MiB"\noptions = ["noexec"]\n'
+            + f'[[dirs]]\npath = "{both}"\nbase = "{self.bases[2]}"\nbacking = "disk"\n'
+            + 'size = "16MiB"\noptions = ["noexec", "ro"]\n'
+        )
+
+    def run(self, job: str, script: str) -> subprocess.CompletedProcess[str]:
+        """A task of the job: started by root (which joins, then becomes alice) when the
+        site enforces namespaces, by alice herself otherwise."""
+        return self.world.run(job, script, user=None if self.enforce else self.world.alice)
+
+    def trees(self, job: str) -> list[Path]:
+        return [base / f"job-{job}" for base in self.bases]
+
+    def left(self) -> list[str]:
+        return [str(p) for b in self.bases for p in b.iterdir()] + job_mounts(self.world.box)
+
+
+def attempts(dirs: list[Path]) -> str:
+    """A shell script that, for each directory, tries to write a new file, to put a
+    program there and run it, and to run the program already there (prog); one line
+    per attempt that worked."""
+    out = []
+    for d in dirs:
+        out.append(
+            f"echo x > {d}/new 2>/dev/null && echo wrote {d}/new; "
+            f"printf '{PROG}' > {d}/mine 2>/dev/null && chmod +x {d}/mine 2>/dev/null; "
+            f"{d}/mine 2>/dev/null; {d}/prog 2>/dev/null; "
+            f"ls {d} >/dev/null 2>&1 || echo unreadable {d}"
+        )
+    return "; ".join(out)
+
+
+@pytest.mark.parametrize("enforce", [False, True], ids=["voluntary", "enforced"])
+def test_ro_and_noexec_hold_on_every_path_from_the_host(world: World, enforce: bool) -> None:
+    """Attack (issue 20, finding 9): alice's job has an `ro` directory, a `noexec` one
+    and one with both. Inside the job they hold at their paths; she tries the other
+    ways in: from a login shell on the host, through <base>/job-ID (her tree, in a sticky
+    base), she writes a file and copies in a program and runs it, and runs the program
+    her job put in the noexec directory; then the same from a user namespace of her
+    own, and from inside the job through <base>/job-ID; in the voluntary mode she also
+    tries to remount her job's views read-write and exec in the namespace she owns.
+    Defence: the job's content is reachable only through a cover setup made flagged
+    (ro/noexec, nosuid,nodev) before anyone could open it: every attempt fails, in both
+    modes; she can still read her directories from the host."""
+    alice = world.alice
+    site = Flagged(world, enforce)
+    ro, nx, both = site.targets
+    r = world.setup("90")
+    assert r.returncode == 0, r.stderr
+    no_crash(r)
+    # The job's own view: ro and noexec hold there (as before); it puts a program in nx.
+    r = site.run(
+        "90",
+        f"printf '{PROG}' > {nx}/prog && chmod +x {nx}/prog; "
+        f"{nx}/prog; echo x > {ro}/f || echo ro-held; echo x > {both}/f || echo both-held",
+    )
+    assert "ran-her-program" not in r.stdout and "ro-held" in r.stdout, r.stdout + r.stderr
+    assert "both-held" in r.stdout, r.stdout
+    trees = site.trees("90")
+    # Only the noexec-only directory may be written (by its paths inside the job or not).
+    allowed = {f"wrote {d}/new" for d in (nx, trees[1])}
+    # From the host, as alice, by the trees' paths.
+    r = world.as_user(alice, ["sh", "-c", attempts(trees)])
+    assert set(r.stdout.splitlines()) <= allowed, r.stdout
+    # From a user and mount namespace of her own, made on the host now.
+    r = world.as_user(alice, ["unshare", "-Urm", "sh", "-c", attempts(trees)])
+    assert set(r.stdout.splitlines()) <= allowed, r.stdout
+    # From inside the job, by the trees' paths rather than the directories' own.
+    r = site.run("90", attempts(trees))
+    assert set(r.stdout.splitlines()) <= allowed, r.stdout
+    if not enforce:
+        # Her job's namespace is hers: she may remount in it, but not drop these flags.
+        _, pid = world.task("90", alice)
+        r = world.python(alice, NS_REMOUNT, str(pid), *map(str, site.targets), *map(str, trees))
+        assert "remounted" not in r.stdout and r.stdout.count("not permitted") == 6, r.stdout
+        r = site.run("90", attempts([*site.targets, *trees]))
+        assert set(r.stdout.splitlines()) <= allowed, r.stdout
+    # What she may do: read them from the host (the job's content, as the job sees it).
+    r = world.as_user(alice, ["ls", *map(str, trees)])
+    assert r.returncode == 0 and "prog" in r.stdout, r.stderr
+    # Nobody else can.
+    r = world.as_user(world.bob, ["ls", *map(str, trees)])
+    assert r.returncode != 0 and r.stderr.count("Permission denied") == 3, r.stderr
+    for p in world.procs:
+        p.kill()
+    r = world.teardown("90")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert site.left() == []
+
+
+def test_her_process_inside_a_covered_capacity_cannot_keep_its_memory(world: World) -> None:
+    """Rule 6 with a cover: alice fills her `noexec` tmpfs directory (4 MiB here: the
+    whole of it) and keeps a host process with its working directory in it, through the
+    cover. Teardown detaches the cover by its recorded id first, then empties and
+    detaches the tmpfs as for any capacity: it exits 0, the memory is given back, her
+    process sees an empty directory, and nothing is left."""
+    alice = world.alice
+    site = Flagged(world, enforce=False)
+    nx = site.targets[1]
+    assert world.setup("91").returncode == 0
+    r = site.run("91", f"dd if=/dev/zero of={nx}/fill bs=1M count=3 2>&1")
+    assert r.returncode == 0, r.stdout
+    tree = site.trees("91")[1]
+    out = world.w / "ls-after"
+    holder = world.start(
+        alice,
+        [
+            "sh",
+            "-c",
+            f"cd {tree} && echo ready && while [ ! -e {world.w}/go ]; do sleep 0.05; done; "
+            f"ls -A . > {out}",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+    before = shmem_bytes()
+    r = world.teardown("91")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert before - shmem_bytes() >= 2 * MIB
+    (world.w / "go").touch()
+    holder.wait(timeout=30)
+    assert out.read_text() == ""
+    assert site.left() == []
