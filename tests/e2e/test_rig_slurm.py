@@ -65,7 +65,8 @@ def slurm(docker_client: Any, release: Release, release_image: str) -> Iterator[
         loop=True,
         privileges=ROOTLESS_RUNC,  # srun --container
     ) as rig:
-        oci = (CI_SLURM / "oci.conf").read_text()
+        # the example the jobns package ships (/usr/share/doc/jobns/examples/oci.conf)
+        oci = (CI_SLURM / "oci.conf").read_text().replace("/opt/jobns/venv/bin/jobns", JOBNS)
         cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, files={"/etc/slurm/oci.conf": oci})
         cluster.start()
         cluster.timings["up"] = time.monotonic() - t0
