@@ -2,21 +2,23 @@
 hash of their inputs.
 
 For each release of RELEASES (Debian bookworm: Slurm 22.05, Python 3.11; trixie: 24.11,
-3.13; forky: 26.05, 3.14) two images, each tagged `<name>:<first 16 hex of the sha256 of
-its inputs>`:
+3.13; forky: 26.05, 3.14) three images, each tagged `<name>:<first 16 hex of the sha256
+of its inputs>`:
   jobns-rig-base  debootstrap'd Debian (minbase + Slurm, munge, python3 and jobns's
-                  runtime dependencies as Debian packages, gcc and libslurm-dev for the
-                  SPANK plugin, ...), imported with `docker import`.   inputs: release,
+                  runtime dependencies as Debian packages, ci/build-deb's build
+                  dependencies, ...), imported with `docker import`.   inputs: release,
                   variant, package list, mirror, architecture, RECIPE
-  jobns-rig-node  + users alice (1001) and bob (1002), Slurm and munge directories, the
-                  jobns SPANK plugin compiled here by ci/build-spank against this
-                  release's libslurm-dev, and jobns installed as a site would
-                  (install_jobns).          inputs: Dockerfile + the files it copies
+  jobns-rig-debs  + jobns_*.deb and jobns-slurm_*.deb in DEB_DIR, built by ci/build-deb
+                  (dpkg-buildpackage) against this release's python3 and libslurm-dev.
+                  inputs: Dockerfile + the checkout's files but tests/ and containers/
+  jobns-rig-node  the base + users alice (1001) and bob (1002), Slurm and munge
+                  directories, and the two .debs installed as a site would
+                  (install_jobns).          inputs: Dockerfile (names base and debs)
 An image whose tag exists is reused, so only a changed input rebuilds (a jobns edit
-rebuilds just the small top layer). Layers are built with network_mode=none: nothing in
+rebuilds the debs and node images). Layers are built with network_mode=none: nothing in
 a build talks to the network; only debootstrap on the host does, to the Debian mirror
 the host's apt already uses. Nothing of the test tools (pytest, mypy, the docker SDK,
-hypothesis) is in a node.
+hypothesis) and nothing of the checkout is in a node.
 
     python -m containers.images build [--release NAME|all] [--force] [--mirror URL]
     python -m containers.images prune        # drop rig images other than the current set
