@@ -2,21 +2,23 @@
 hash of their inputs.
 
 For each release of RELEASES (Debian bookworm: Slurm 22.05, Python 3.11; trixie: 24.11,
-3.13; forky: 26.05, 3.14) two images, each tagged `<name>:<first 16 hex of the sha256 of
-its inputs>`:
+3.13; forky: 26.05, 3.14) three images, each tagged `<name>:<first 16 hex of the sha256
+of its inputs>`:
   jobns-rig-base  debootstrap'd Debian (minbase + Slurm, munge, python3 and jobns's
-                  runtime dependencies as Debian packages, gcc and libslurm-dev for the
-                  SPANK plugin, ...), imported with `docker import`.   inputs: release,
+                  runtime dependencies as Debian packages, ci/build-deb's build
+                  dependencies, ...), imported with `docker import`.   inputs: release,
                   variant, package list, mirror, architecture, RECIPE
-  jobns-rig-node  + users alice (1001) and bob (1002), Slurm and munge directories, the
-                  jobns SPANK plugin compiled here by ci/build-spank against this
-                  release's libslurm-dev, and jobns installed as a site would
-                  (install_jobns).          inputs: Dockerfile + the files it copies
+  jobns-rig-debs  + jobns_*.deb and jobns-slurm_*.deb in DEB_DIR, built by ci/build-deb
+                  (dpkg-buildpackage) against this release's python3 and libslurm-dev.
+                  inputs: Dockerfile + the checkout's files but tests/ and containers/
+  jobns-rig-node  the base + users alice (1001) and bob (1002), Slurm and munge
+                  directories, and the two .debs installed as a site would
+                  (install_jobns).          inputs: Dockerfile (names base and debs)
 An image whose tag exists is reused, so only a changed input rebuilds (a jobns edit
-rebuilds just the small top layer). Layers are built with network_mode=none: nothing in
+rebuilds the debs and node images). Layers are built with network_mode=none: nothing in
 a build talks to the network; only debootstrap on the host does, to the Debian mirror
 the host's apt already uses. Nothing of the test tools (pytest, mypy, the docker SDK,
-hypothesis) is in a node.
+hypothesis) and nothing of the checkout is in a node.
 
     python -m containers.images build [--release NAME|all] [--force] [--mirror URL]
     python -m containers.images prune        # drop rig images other than the current set
@@ -73,18 +75,26 @@ SUITE = DEFAULT_RELEASE
 VARIANT = "minbase"
 # What the nodes need from Debian, in every release.
 PACKAGES = (
-    "python3",
-    "python3-venv",  # the interpreter every user can run, and venv
-    # jobns's runtime dependencies as the release ships them (pyproject's minimums are
-    # checked by pip when it installs the wheel: install_jobns)
+    "python3",  # the interpreter every user can run
+    # jobns's runtime dependencies as the release ships them (the jobns package's
+    # Depends name pyproject's minimums: dpkg checks them in install_jobns)
     "python3-prctl",
     "python3-pyroute2",
     "python3-jsonschema",
     "slurm-wlm",
     "munge",  # a Slurm cluster in the rig (controller + nodes)
-    "gcc",
-    "libc6-dev",
-    "libslurm-dev",  # the SPANK plugin is compiled in the image, against its Slurm
+    # ci/build-deb's build dependencies (debian/control, and build-essential, which
+    # dpkg-checkbuilddeps adds): the packages are built in the image, offline, against
+    # this release's python3 and libslurm-dev (build_debs)
+    "build-essential",
+    "dpkg-dev",
+    "debhelper",
+    "dh-python",
+    "pybuild-plugin-pyproject",
+    "python3-all",
+    "python3-setuptools",
+    "libslurm-dev",
+    "libpam0g-dev",
     "procps",
     "iproute2",  # ps/pkill for tests, ip to check `--net none`
     "util-linux",
@@ -95,16 +105,20 @@ PACKAGES = (
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the build *procedure* changes in a way the inputs above do not show.
-RECIPE = "4"
+RECIPE = "5"
 
-BASE, NODE = "jobns-rig-base", "jobns-rig-node"
+BASE, DEBS, NODE = "jobns-rig-base", "jobns-rig-debs", "jobns-rig-node"
 USERS = (("alice", 1001), ("bob", 1002))
-VENV = "/opt/jobns/venv"
-WHEEL_DIR = "/opt/jobns/wheels"
-SRC_DIR = "/opt/jobns/src"  # ci/build-spank and hook/spank/, as a site's checkout has them
-SPANK_PLUGIN = "/opt/jobns/lib/jobns_spank.so"  # where ci/slurm/plugstack.conf names it
+DEB_DIR = "/opt/jobns/debs"  # the two .debs, in the debs image and kept on every node
+BUILD_SRC = "/var/tmp/jobns-src"  # the checkout's copy in the debs image's build
+JOBNS = "/usr/bin/jobns"  # the packaged paths
+MULTIARCH = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+SPANK_PLUGIN = "/usr/lib/{}/slurm-wlm/jobns_spank.so"  # .format(multiarch()): spank_plugin()
+PLUGSTACK_D = "/etc/slurm/plugstack.conf.d/jobns.conf"
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN_SOURCES = ("ci/build-spank", "hook/spank/jobns_spank.c")
+# What of the checkout the packages are built from: all but the tests and the rig (an
+# edit there rebuilds neither the packages nor the node images).
+NOT_PACKAGED = ("tests/", "containers/", ".ci/")
 
 Log = Callable[[str], None]
 
@@ -129,6 +143,7 @@ class ImageSet:
     node: str
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
     built: list[str] = field(default_factory=list)  # tags built (not reused)
+    debs: str = ""  # the image holding the release's two .debs in DEB_DIR
 
 
 def digest(*parts: str) -> str:
@@ -340,33 +355,46 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def install_jobns(wheel: str) -> str:
-    """The Dockerfile steps that install jobns, as a site would, from the wheel in the
-    context's wheels/ (issue 22 replaces this step with the project's .deb packages).
+def multiarch() -> str:
+    arch = architecture()
+    return MULTIARCH.get(arch, f"{arch}-linux-gnu")
 
-    jobns's runtime dependencies are the release's own Debian packages (in the base):
-    a venv made by that release's python3 with --system-site-packages sees them, and pip
-    installs only the wheel, offline; it still resolves the wheel's requirements against
-    what Debian installed, so a release whose packages are older than pyproject's
-    minimums fails here, naming the package. /usr/local/bin is on every user's PATH (su
-    resets PATH): ordinary users find jobns too.
-    """
+
+def spank_plugin() -> str:
+    """Where the jobns-slurm package installs the SPANK plugin on the rig's nodes."""
+    return SPANK_PLUGIN.format(multiarch())
+
+
+def debs_dockerfile(base: str) -> str:
+    """Build jobns_*.deb and jobns-slurm_*.deb in the release's base image, with
+    ci/build-deb (dpkg-buildpackage), offline: every build dependency is in the base."""
     return f"""\
-COPY wheels/{wheel} {WHEEL_DIR}/
-RUN /usr/bin/python3 -m venv --system-site-packages {VENV} \\
- && {VENV}/bin/python -m pip install --no-index --no-cache-dir --disable-pip-version-check \\
-    {WHEEL_DIR}/{wheel} \\
- && ln -sf {VENV}/bin/jobns /usr/local/bin/jobns \\
- && chmod -R a+rX /opt/jobns
+FROM {base}
+COPY src/ {BUILD_SRC}/
+RUN {BUILD_SRC}/ci/build-deb {DEB_DIR} && rm -rf {BUILD_SRC}
 """
 
 
-def node_dockerfile(base: str, wheel: str) -> str:
+def install_jobns(debs: str) -> str:
+    """The Dockerfile steps that install jobns as a site would: the project's two
+    packages, built for this release (debs_dockerfile), copied from the debs image and
+    installed with dpkg, offline. Every dependency (the release's python3-prctl,
+    pyroute2, jsonschema at pyproject's minimums; its slurm-wlm-basic-plugins of the
+    exact major.minor the plugin was built for) is Debian's, in the base image: dpkg
+    refuses the install, naming the package, if one is missing or too old. Nothing of
+    the checkout is in the node; the .debs stay in DEB_DIR (a site's local copy)."""
+    return f"""\
+COPY --from={debs} {DEB_DIR}/ {DEB_DIR}/
+RUN dpkg -i {DEB_DIR}/jobns_*.deb {DEB_DIR}/jobns-slurm_*.deb \\
+ && dpkg -s jobns jobns-slurm >/dev/null
+"""
+
+
+def node_dockerfile(base: str, debs: str) -> str:
     users = " \\\n && ".join(
         f"useradd --create-home --user-group --uid {uid} --shell /bin/bash {name}"
         for name, uid in USERS
     )
-    build_spank = f"{SRC_DIR}/{PLUGIN_SOURCES[0]}"
     return f"""\
 FROM {base}
 # ordinary job users: alice runs jobs via `--user alice` and unprivileged via su
@@ -374,15 +402,25 @@ RUN {users}
 # Slurm and munge state directories (the rig's Slurm cluster renders slurm.conf later)
 RUN mkdir -p /etc/jobns /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge \\
  && chown -R munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge
-# The SPANK plugin, compiled here against this release's libslurm-dev (a plugin built for
-# another Slurm is refused by slurmd), where ci/slurm/plugstack.conf names it
-COPY src/ {SRC_DIR}/
-RUN {build_spank} --output {SPANK_PLUGIN}
-{install_jobns(wheel)}"""
+{install_jobns(debs)}"""
 
 
-def plugin_sources() -> dict[str, Path]:
-    return {f"src/{name}": REPO / name for name in PLUGIN_SOURCES}
+def package_sources() -> dict[str, Path]:
+    """{src/PATH: file} for the checkout's files the packages are built from (git's
+    tracked and untracked-but-not-ignored files, as ci/build-deb's copy would have)."""
+    r = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise RigError(f"list the checkout's files (git ls-files in {REPO}): {r.stderr!r}")
+    names = sorted({n for n in r.stdout.decode().split("\0") if n})
+    return {
+        f"src/{n}": REPO / n
+        for n in names
+        if not n.startswith(NOT_PACKAGED) and (REPO / n).is_file()
+    }
 
 
 def build(
@@ -424,34 +462,28 @@ def build_all(
         for rel, (tag, new, took) in zip(rels, bases, strict=True)
     ]
     log(f"images: base images of {', '.join(names)} in {time.monotonic() - t:.1f}s")
-    t = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="jobns-wheel-") as wdir:
-        jobns = wheels.jobns_wheel(Path(wdir))
-        took = time.monotonic() - t
-        files = {f"wheels/{jobns.name}": jobns, **plugin_sources()}
-        for s in sets:
-            t = time.monotonic()
-            s.timings["wheel"] = took
-            s.node, new = _build_layer(
-                client,
-                "node",
-                NODE,
-                node_dockerfile(s.base, jobns.name),
-                files,
-                force,
-                log,
-                s.release,
-            )
-            s.built += [s.node] if new else []
-            s.timings["node"] = time.monotonic() - t
+    sources = package_sources()
+    for s in sets:
+        t = time.monotonic()
+        s.debs, new = _build_layer(
+            client, "debs", DEBS, debs_dockerfile(s.base), sources, force, log, s.release
+        )
+        s.built += [s.debs] if new else []
+        s.timings["debs"] = time.monotonic() - t
+        t = time.monotonic()
+        s.node, new = _build_layer(
+            client, "node", NODE, node_dockerfile(s.base, s.debs), {}, force, log, s.release
+        )
+        s.built += [s.node] if new else []
+        s.timings["node"] = time.monotonic() - t
     return sets
 
 
 def prune(client: Any, keep: Sequence[ImageSet], log: Log = _stderr) -> list[str]:
     """Remove rig images (by label) that are not in `keep`, newest layers first."""
-    current = {tag for s in keep for tag in (s.base, s.node)}
+    current = {tag for s in keep for tag in (s.base, s.debs, s.node)}
     removed: list[str] = []
-    for kind in ("node", "deps", "base"):
+    for kind in ("node", "debs", "base"):
         for img in client.images.list(filters={"label": f"{labels.IMAGE}={kind}"}):
             tags = set(img.tags)
             if tags & current:
@@ -493,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in sets:
             phases = "  ".join(f"{k} {v:.1f}s" for k, v in s.timings.items())
             r = s.release
-            print(f"{r.suite} (Slurm {r.slurm}, Python {r.python}): base {s.base}  node {s.node}")
+            print(f"{r.suite} (Slurm {r.slurm}, Python {r.python}): base {s.base}")
+            print(f"  debs {s.debs}  node {s.node}")
             print(f"  built {', '.join(s.built) or 'nothing (all cached)'}; {phases}")
         print(f"total {total:.1f}s")
     except RigError as e:

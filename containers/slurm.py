@@ -12,17 +12,18 @@ when the base image was debootstrapped: every node of a rig has the same key, wh
 is all munge needs. Daemons run as root (SlurmUser=root), as in MACHINE.md's
 single-node recipe; proctrack/linuxproc and task/none keep cgroups out of it.
 
-jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents: the
-tested scripts ci/slurm/prolog and ci/slurm/epilog (byte for byte) go to
-/etc/jobns/slurm/ on every compute node, and slurm.conf gets Prolog= and Epilog=
-(JOBNS_CONF; no PrologFlags: a node's prolog runs before its first step). Tasks then
-run as `srun jobns run -- CMD`. enforce=True (with jobns=True) deploys as README
-"Enforced by Slurm" says: ci/slurm/plugstack.conf on every node (sbatch and srun read it
-too), PlugStackConfig= in slurm.conf, and `[slurm] enforce = true` in every compute's
-jobns.toml; the image carries the plugin, built for its Slurm (containers/images.py).
-Other settings (TaskProlog=, ...) go through `extra`, which wins over both; `files`
-({path: text}) are written on every node before the daemons start (e.g.
-/etc/slurm/oci.conf).
+jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents for the
+packaged install (the node images have the jobns and jobns-slurm packages,
+containers/images.py): slurm.conf gets Prolog= and Epilog= naming the scripts the jobns
+package ships, /etc/jobns/slurm/{prolog,epilog} (JOBNS_CONF; no PrologFlags: a node's
+prolog runs before its first step); they are checked to be in place (root, 0755, /usr/bin/jobns).
+Tasks then run as `srun jobns run -- CMD`. enforce=True (with jobns=True) deploys as
+README "Enforced by Slurm" says: the line jobns-slurm ships commented in
+/etc/slurm/plugstack.conf.d/jobns.conf is uncommented on every node (sbatch and srun read
+it too; Debian's /etc/slurm/plugstack.conf includes that directory), and `[slurm] enforce
+= true` goes into every compute's jobns.toml. Other settings (TaskProlog=, ...) go
+through `extra`, which wins over both; `files` ({path: text}) are written on every node
+before the daemons start (e.g. /etc/slurm/oci.conf).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ JOBNS_CONF = {
     "Prolog": f"{JOBNS_HOOKS}/prolog",
     "Epilog": f"{JOBNS_HOOKS}/epilog",
 }
-ENFORCE_CONF = {"PlugStackConfig": f"{JOBNS_HOOKS}/plugstack.conf"}
+# Debian's plugstack.conf (slurm.conf's default) includes plugstack.conf.d/*.conf
+PLUGSTACK_D = "/etc/slurm/plugstack.conf.d/jobns.conf"  # shipped by jobns-slurm
+ENFORCE_CONF = {"PlugStackConfig": "/etc/slurm/plugstack.conf"}
 # Batch scripts and their output, on the shared volume: written on the controller
 # (where sbatch reads the script), written to by the batch step on the first node.
 WORK = "/lustre/slurm"
@@ -166,11 +169,10 @@ class SlurmCluster:
             start_munge(n)
         if self.jobns:
             for n in self.computes:
-                install_jobns_hooks(n)
+                check_jobns_hooks(n)
         if self.enforce:
-            plugstack = (CI_SLURM / "plugstack.conf").read_text()
             for n in self.members:
-                n.put_file(f"{JOBNS_HOOKS}/plugstack.conf", plugstack, mode=0o644)
+                enable_plugin(n)
             for n in self.computes:
                 n.sh("printf '[slurm]\\nenforce = true\\n' >> /etc/jobns/jobns.toml").check(
                     f"enforce in {n.hostname}'s jobns.toml"
@@ -327,15 +329,26 @@ class SlurmCluster:
         )
 
 
-def install_jobns_hooks(node: Node) -> None:
-    """/etc/jobns/slurm/{prolog,epilog}: the tested scripts from ci/slurm, root 0755."""
+def check_jobns_hooks(node: Node) -> None:
+    """The jobns package's /etc/jobns/slurm/{prolog,epilog} are in place: root, 0755,
+    running the packaged /usr/bin/jobns."""
     for name in ("prolog", "epilog"):
-        src = CI_SLURM / name
-        try:
-            text = src.read_bytes()
-        except OSError as e:
-            raise RigError(f"install the jobns {name}: read {src}: {e.strerror}") from None
-        node.put_file(f"{JOBNS_HOOKS}/{name}", text, mode=0o755)
+        path = f"{JOBNS_HOOKS}/{name}"
+        r = node.sh(f"stat -c '%U %a' {path} && grep -c ' /usr/bin/jobns ' {path}")
+        if r.exit_code != 0 or r.stdout.split()[:2] != ["root", "755"]:
+            raise RigError(
+                f"the jobns {name} on {node.hostname}: {path} is not the packaged script "
+                f"(root 0755, exec /usr/bin/jobns): {r.stdout}{r.stderr}; is the jobns "
+                "package installed in the image (containers/images.py install_jobns)?"
+            )
+
+
+def enable_plugin(node: Node) -> None:
+    """Uncomment the `required` line jobns-slurm ships in plugstack.conf.d, as its
+    comment tells a site to."""
+    node.sh(
+        f"sed -i 's|^#required |required |' {PLUGSTACK_D} && grep -q '^required ' {PLUGSTACK_D}"
+    ).check(f"enable the jobns SPANK plugin in {node.hostname}:{PLUGSTACK_D}")
 
 
 def start_munge(node: Node) -> None:

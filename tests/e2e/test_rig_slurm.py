@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from containers.images import SPANK_PLUGIN, VENV, Release
+from containers.images import JOBNS, Release, spank_plugin
 from containers.privileges import ROOTLESS_RUNC
 from containers.rig import Node, Rig
 from containers.slurm import CI_SLURM, FINAL, WORK, SlurmCluster, render_conf
@@ -65,7 +65,8 @@ def slurm(docker_client: Any, release: Release, release_image: str) -> Iterator[
         loop=True,
         privileges=ROOTLESS_RUNC,  # srun --container
     ) as rig:
-        oci = (CI_SLURM / "oci.conf").read_text()
+        # the example the jobns package ships (/usr/share/doc/jobns/examples/oci.conf)
+        oci = (CI_SLURM / "oci.conf").read_text().replace("/opt/jobns/venv/bin/jobns", JOBNS)
         cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, files={"/etc/slurm/oci.conf": oci})
         cluster.start()
         cluster.timings["up"] = time.monotonic() - t0
@@ -182,9 +183,10 @@ def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster, release: Re
             path = f"/etc/jobns/slurm/{name}"
             r = n.exec(["stat", "-c", "%U %a", path]).check(f"stat {path}")
             assert r.stdout.strip() == "root 755", (n, path)
-            # the tested copies from ci/slurm, byte for byte
+            # the jobns package's: the tested copies from ci/slurm, naming /usr/bin/jobns
             text = n.exec(["cat", path]).check(f"cat {path}").stdout
-            assert text == (CI_SLURM / name).read_text(), (n, path)
+            dev = (CI_SLURM / name).read_text()
+            assert text == dev.replace("/opt/jobns/venv/bin/jobns", JOBNS), (n, path)
 
 
 def test_srun_runs_on_both_nodes_as_alice(slurm: SlurmCluster) -> None:
@@ -324,25 +326,41 @@ def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) 
 
 
 # What a site's node has: the release's python3 and Debian's packages of jobns's runtime
-# dependencies, jobns in a venv that sees them, the plugin built here; no test tool.
-SITE_INSTALL = f"""\
+# dependencies, jobns from the project's packages (Debian's dist-packages); no test tool.
+SITE_INSTALL = """\
 import importlib.util, sys, prctl, pyroute2, jsonschema, jobns.launcher
 print(".".join(map(str, sys.version_info[:2])))
 print(*(m.__file__.startswith("/usr/lib/python3/dist-packages/") for m in (prctl, pyroute2,
-      jsonschema)))
-print(jobns.launcher.__file__.startswith("{VENV}/"))
+      jsonschema, jobns.launcher)))
 print(*(importlib.util.find_spec(m) is not None for m in ("pytest", "mypy", "docker",
       "hypothesis", "ruff")))
 """
+NOT_FROM_A_CHECKOUT = ("/opt/jobns", "/usr/local/bin/jobns", "/usr/local/lib/python3")
 
 
 def test_each_node_has_jobns_as_a_site_installs_it(slurm: SlurmCluster, release: Release) -> None:
     n = slurm.computes[0]
-    out = n.exec([f"{VENV}/bin/python", "-c", SITE_INSTALL]).check("python").stdout.split()
-    assert out == [release.python, "True", "True", "True", "True"] + ["False"] * 5, out
-    # Compiled in this image against its own libslurm-dev (ci/build-spank in the build).
-    r = n.exec(["stat", "-c", "%U %a", SPANK_PLUGIN]).check("stat the plugin")
-    assert r.stdout.split() == ["root", "755"]
+    # the two packages, installed (dpkg -s: status "install ok installed")
+    r = n.exec(["dpkg-query", "-W", "-f=${Package} ${Status}\\n", "jobns", "jobns-slurm"])
+    assert r.check("dpkg-query").stdout.splitlines() == [
+        f"{p} install ok installed" for p in ("jobns", "jobns-slurm")
+    ]
+    n.exec(["dpkg", "-s", "jobns", "jobns-slurm"]).check("dpkg -s jobns jobns-slurm")
+    # jobns-slurm depends on exactly this release's Slurm major.minor
+    dep = n.exec(["dpkg-query", "-W", "-f=${Depends}", "jobns-slurm"]).check("Depends").stdout
+    assert f"slurm-wlm-basic-plugins (>= {release.slurm})" in dep, dep
+    # the system python3 (as root and as alice) imports the packaged jobns
+    out = n.exec(["/usr/bin/python3", "-P", "-c", SITE_INSTALL]).check("python").stdout.split()
+    assert out == [release.python] + ["True"] * 4 + ["False"] * 5, out
+    for user in ("root", ALICE):
+        r = n.exec(["sh", "-c", "command -v jobns"], user=user)
+        assert r.check(f"jobns on {user}'s PATH").stdout.strip() == JOBNS, (user, r)
+    # the plugin where the package puts it, and jobns's files are all the package's
+    owners = n.exec(["dpkg", "-S", JOBNS, spank_plugin()]).check("dpkg -S").stdout
+    assert owners.split()[0::2] == ["jobns:", "jobns-slurm:"], owners
+    r = n.sh("ls -d /opt/jobns/* /usr/local/bin/* /usr/local/lib/python3*/*/* 2>/dev/null")
+    left = [p for p in r.stdout.split() if not p.startswith("/opt/jobns/debs")]
+    assert not any(p.startswith(NOT_FROM_A_CHECKOUT) for p in left), left
 
 
 def test_disk_capacity_from_the_comment(slurm: SlurmCluster) -> None:

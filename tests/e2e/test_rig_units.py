@@ -53,14 +53,24 @@ def test_wheel_digest_ignores_zip_timestamps(tmp_path: Path) -> None:
     assert wheel_digest(one) == wheel_digest(two) != wheel_digest(three)
 
 
-def test_node_dockerfile_builds_the_plugin_and_installs_jobns_offline() -> None:
-    node = images.node_dockerfile("jobns-rig-base:abc", "jobns-0.1.0-py3-none-any.whl")
+def test_node_dockerfile_installs_the_packages_built_for_its_release() -> None:
+    debs = images.debs_dockerfile("jobns-rig-base:abc")
+    # dpkg-buildpackage (ci/build-deb) in the release's own base, from the copied sources
+    assert debs.startswith("FROM jobns-rig-base:abc\n")
+    assert f"{images.BUILD_SRC}/ci/build-deb {images.DEB_DIR}" in debs
+    node = images.node_dockerfile("jobns-rig-base:abc", "jobns-rig-debs:def")
     assert node.startswith("FROM jobns-rig-base:abc\n") and "--uid 1001" in node
-    # the plugin is compiled in the image by the script a site runs, against its Slurm
-    assert f"{images.SRC_DIR}/ci/build-spank --output {images.SPANK_PLUGIN}" in node
-    install = images.install_jobns("jobns-0.1.0-py3-none-any.whl")
-    assert install in node and "--no-index" in install
-    assert "venv --system-site-packages" in install and "/usr/local/bin/jobns" in install
+    install = images.install_jobns("jobns-rig-debs:def")
+    assert install in node and "COPY --from=jobns-rig-debs:def" in install
+    assert "dpkg -i" in install and "pip" not in node and "venv" not in node
+    assert "build-spank" not in node
+
+
+def test_the_packages_are_built_from_the_checkout_but_not_its_tests() -> None:
+    names = set(images.package_sources())
+    assert {"src/debian/rules", "src/ci/build-deb", "src/pyproject.toml"} <= names
+    assert "src/hook/spank/jobns_spank.c" in names
+    assert not any(n.startswith(("src/tests/", "src/containers/")) for n in names)
 
 
 def test_each_release_has_its_own_base_and_unknown_names_are_refused() -> None:
