@@ -666,6 +666,8 @@ def remove_recorded(tree: Tree) -> list[str]:
     try:
         fds.append(open_base(tree.base, f"{tree.role} base"))
         for i, part in enumerate(tree.parents):
+            if _moved_away(fds[-1], part):
+                raise FileNotFoundError(part)
             fds.append(
                 open_dir(
                     fds[-1], part, f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
@@ -675,7 +677,13 @@ def remove_recorded(tree: Tree) -> list[str]:
         for fd in fds:
             os.close(fd)
         return []  # already gone
-    except (OSError, JobnsError) as e:
+    except JobnsError as e:
+        for fd in fds:
+            os.close(fd)
+        if fds and len(fds) <= len(tree.parents) and _moved_away(fds[-1], "", e):
+            return []  # a parent of hers became a link while we opened it (see _moved_away)
+        return [f"open {tree.path}: {e}"]
+    except OSError as e:
         for fd in fds:
             os.close(fd)
         return [f"open {tree.path}: {e}"]
@@ -693,6 +701,20 @@ def remove_recorded(tree: Tree) -> list[str]:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _moved_away(dir_fd: int, name: str, refused: JobnsError | None = None) -> bool:
+    """A parent of a tree that is a symbolic link now (or the refusal of one): the job's
+    user replaced her own directory (the per-node layout's job-ID/) with a link. What she
+    moved away is hers and nothing of root's is reached through a link (rule 1), so
+    there is nothing left at the recorded place; failing the epilog for it would drain
+    the node for her act (rule 2)."""
+    if refused is not None:
+        return "symbolic link" in str(refused)
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def retire(parent_fd: int, tree: Tree) -> str | None:
