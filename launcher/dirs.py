@@ -87,7 +87,8 @@ def without(plan: Plan, drop: set[int]) -> Plan:
 # Who fills an `ro` directory: the site's pre-run program (root), through a writable
 # view of it that exists only while the program runs: $JOBNS_FILL<path> (fill()).
 # Teardown detaches the cover by the mount id recorded at setup, before anything else
-# is done to the tree (uncover()); gc, with no record, by what it mounts (is_cover()).
+# is done to the tree (uncover()); gc, with no record, looks through what it knows for a
+# cover by what it mounts (is_cover()), and detaches it with the tree's other mounts.
 
 CONTENT = "data"
 COVERED = ("ro", "noexec")
@@ -183,16 +184,6 @@ def uncover(tree: Tree, mount_id: str | None) -> list[str]:
         return [f"detach the cover of {tree.path}: {e.strerror}"]
     finally:
         os.close(base)
-
-
-def only_covers_on(tree: Tree) -> bool:
-    """gc, for a tree no record names (its cover's id is lost with the record): is all
-    that is mounted on or in it covers (is_cover)? Then it can be judged and removed
-    like any other (gc detaches what is on it first)."""
-    from jobns.launcher import mountinfo
-
-    found = mountinfo.under(tree.path)
-    return bool(found) and all(is_cover(m, tree) for m in found)
 
 
 def fill(state_dir: str, job_id: str, trees: list[tuple[Tree, str | None]]) -> str:

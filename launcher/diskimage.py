@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING
 
 from jobns.launcher import fs, libc, loop, mountinfo, state, sysprog
 from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.mountinfo import Identity
 from jobns.launcher.plan import TOP_MODE
 
 if TYPE_CHECKING:
@@ -337,23 +338,27 @@ def make_fs(path: str, fstype: str, uid: int, gid: int) -> None:
 
 
 def _mount_of(fd: int) -> mountinfo.Mount | None:
-    st = os.fstat(fd)
-    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-    for m in mountinfo.mounts():
-        if m.dev == dev:
-            return m
-    return None
+    """The mount fd is on, by its mount id (fstat would ask the file system: a user's
+    stalled FUSE server never answers)."""
+    return mountinfo.by_id(mountinfo.mount_id(fd))
 
 
-def ours_at(fd: int, image: str) -> bool:
-    """Is the file system open at fd the one in this image (a loop device backed by it)?"""
-    m = _mount_of(fd)
-    if m is None or m.fstype not in FS_TYPES or not m.source.startswith("/dev/loop"):
-        return False
-    back = loop.backing(m.source[len("/dev/") :])
-    if back is not None and back.endswith(loop.DELETED):
-        back = back[: -len(loop.DELETED)]
-    return back == image
+def ours_at(m: mountinfo.Mount, image: str) -> bool:
+    """Is m a file system in this image: an ext4 or xfs on the loop device the image is
+    attached to (source_of: by the file's identity)? The device is the kernel's
+    major:minor of the mount, never its source string, which a FUSE mount can copy.
+    (For records without a mount identity; launcher.sizelimit.owner.)"""
+    device = _loop_of(m) if m.fstype in FS_TYPES else None
+    return device is not None and device == source_of(image)
+
+
+def _loop_of(m: mountinfo.Mount) -> str | None:
+    """/dev/loopN if the mount's device (major:minor, the kernel's) is a loop device."""
+    try:
+        name = os.path.basename(os.readlink(f"/sys/dev/block/{m.dev}"))
+    except OSError:
+        return None
+    return f"/dev/{name}" if name.startswith("loop") else None
 
 
 def source_of(image: str) -> str | None:
@@ -374,10 +379,11 @@ def source_of(image: str) -> str | None:
     return None
 
 
-def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> None:
+def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> Identity:
     """Attach the image to a loop device and mount it on the tree root (through the
     root's fd, never a path), then make the tree's children in it (as
-    launcher.sizelimit.mount does for a tmpfs)."""
+    launcher.sizelimit.mount does for a tmpfs); returns the mount's identity, for the job
+    record."""
     tree = handle.tree
     try:
         image_fd = os.open(image, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -402,13 +408,18 @@ def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> No
             ) from None
     finally:
         os.close(loop_fd)  # the mount holds the device now (autoclear on its release)
+
+    def in_image(m: mountinfo.Mount) -> bool:
+        return ours_at(m, image)
+
     try:
-        fd = fs.open_dir(handle.parent_fds[-1], tree.name, tree.path)
+        fd, m = fs.new_mount(handle, fstype)
     except BaseException:
-        unmount(tree, image)
+        unmount(tree, image, in_image)
         raise
+    ident = Identity.of(m)
     try:
-        if not ours_at(fd, image):
+        if not ours_at(m, image):
             raise UserError(
                 f"refuse {tree.path}: it was replaced while its capacity was being set up"
             )
@@ -421,15 +432,19 @@ def mount(handle: TreeHandle, image: str, fstype: str, uid: int, gid: int) -> No
         fs.make_children(fd, tree, uid, gid)
     except BaseException:
         os.close(fd)
-        unmount(tree, image)
+        unmount(tree, image, ident.matches)
         raise
     os.close(fd)
     state.pause_point("mounted")
+    return ident
 
 
-def unmount(tree: Tree, image: str) -> list[str]:
-    """Shut down, detach and release every mount of this image on the tree root, then
-    truncate and unlink the image. Constant time: no file of the job is visited."""
+def unmount(tree: Tree, image: str, ours: Callable[[mountinfo.Mount], bool]) -> list[str]:
+    """Shut down, detach and release every mount of this image on the tree root (ours
+    says which: launcher.sizelimit.owner), then truncate and unlink the image. Whatever a
+    user mounted on the root is detached first, never entered (launcher.fs.open_root);
+    what she mounted inside goes with the detached file system. Constant time: no file of
+    the job is visited."""
     errors: list[str] = []
     try:
         image_fd: int | None = os.open(image, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -437,11 +452,12 @@ def unmount(tree: Tree, image: str) -> list[str]:
         image_fd = None
     released = False
     for _ in range(16):
-        fd = fs.open_tree(tree)
-        if fd is None:
+        got = fs.open_root(tree, ours, detach=True)
+        if got is None:
             break
+        fd, kind = got
         try:
-            if not ours_at(fd, image):
+            if kind != fs.OURS:
                 break
             try:
                 # No more I/O through anything anyone holds (rule 6), and no writeback.
@@ -612,7 +628,7 @@ def _detach_device(dev: str) -> list[str]:
     following a symlink), then the device itself if it is still attached."""
     out = []
     for m in mountinfo.mounts():
-        if m.source != dev:
+        if _loop_of(m) != dev:  # by device number: a FUSE mount can copy the source
             continue
         try:
             fd = libc.openat2(AT_FDCWD, m.point, os.O_PATH | os.O_CLOEXEC, libc.RESOLVE_NO_SYMLINKS)
@@ -620,7 +636,7 @@ def _detach_device(dev: str) -> list[str]:
             continue
         try:
             found = _mount_of(fd)
-            if found is not None and found.source == dev:
+            if found is not None and _loop_of(found) == dev:
                 _shut_down(fd)
                 libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
                 out.append(f"detached {dev} from {m.point}")

@@ -10,7 +10,12 @@ job user owns what is inside its tree), so (see CVE-2023-41914, CVE-2018-6954):
   directories, owned by the job user, exact modes); anything else is refused;
 - removal (launcher.removal) never crosses a file-system boundary and never follows
   a link; teardown first seals a tree (root-owned, so nobody enters it any more) and
-  detaches whatever was mounted inside it.
+  detaches whatever was mounted inside it;
+- jobns's own mounts on a tree root (a capacity) are known by the identity the kernel
+  gave them when jobns mounted them (launcher.mountinfo.Identity, in the job record),
+  never by their source or mount point, which a user's FUSE mount can copy; anything
+  else mounted on a tree root is looked at only through O_PATH fds and their mount ids
+  (which ask its file system nothing) and detached through that very fd.
 
 Concurrent tasks of one job share a tree: each holds a shared flock on the
 tree root while it runs; the last one to leave wins the exclusive lock and
@@ -27,14 +32,26 @@ import stat
 from jobns.launcher import libc
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE
-from jobns.launcher.removal import O_DIR, clear_dir, remove_entry
+from jobns.launcher.removal import (
+    MAX_STACK,
+    O_DIR,
+    O_LOOK,
+    clear_dir,
+    detach_at,
+    detached,
+    detaching,
+    open_dir_here,
+    remove_entry,
+    stat_here,
+)
 
-__all__ = ["O_DIR", "clear_dir", "remove_entry"]
+__all__ = ["O_DIR", "clear_dir", "detach_at", "remove_entry"]
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from jobns.launcher.mountinfo import Mount
     from jobns.launcher.plan import Tree
 
 
@@ -185,22 +202,6 @@ def move_aside(
         f"moved {path} aside to {new}: it was not made by jobns for this job "
         f"({who}); its owner finds it there"
     )
-
-
-def detach_at(parent_fd: int, name: str) -> bool:
-    """Detach the mount on top of parent/name (reached by O_PATH, which sends nothing to a
-    FUSE server); False if there was none to detach."""
-    try:
-        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-    except OSError:
-        return False
-    try:
-        libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _mounted_at_or_below(path: str) -> bool:
@@ -566,28 +567,151 @@ def remove_tree(handle: TreeHandle) -> list[str]:
     return errors + _prune_parents(tree, handle.parent_fds)
 
 
-def open_tree(tree: Tree) -> int | None:
-    """The tree root as a walk from its base reaches it now (crossing into whatever is
-    mounted there), never through a symlink; None if it is gone or not a directory."""
-    fds = _walk_parents(tree)
+PLAIN, OURS, FOREIGN = "plain", "ours", "foreign"  # what is on top of a tree root
+
+
+def nothing_ours(_m: Mount) -> bool:
+    """The owner test of a tree jobns mounted nothing on."""
+    return False
+
+
+def _walk_parents(tree: Tree, detach: bool = False) -> list[int]:
+    """fds of the base and of each parent of the tree, each opened in the mount of the one
+    before, never through a symlink; a file system mounted on a parent (her FUSE mount on
+    the per-node layout's job-ID/) is never entered: with detach it is detached, else
+    OSError(EXDEV). The list stops short where a parent is gone, or is a link or a file
+    in place of the directory: the job's user replaced her own directory (the per-node
+    layout's job-ID/); what she moved away is hers, nothing of root's is reached through
+    a link (rule 1), and failing the epilog for it would drain the node (rule 2)."""
+    fds = [open_base(tree.base, f"{tree.role} base")]
+    try:
+        for i, part in enumerate(tree.parents):
+            path = f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
+            fds.append(
+                detaching(open_dir_here, fds[-1], part, path)
+                if detach
+                else open_dir_here(fds[-1], part)
+            )
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            for fd in fds:
+                os.close(fd)
+            raise
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def _top_at(
+    parent_fd: int, tree: Tree, ours: Callable[[Mount], bool], detach: bool
+) -> tuple[int, str] | None:
+    """What is on top of parent/<tree.name> now: (an O_PATH fd of it, PLAIN | OURS |
+    FOREIGN), None if nothing is there. Only the kernel's mount ids are compared (fdinfo:
+    no request reaches any FUSE server); with detach, every FOREIGN mount on top is
+    detached through the very fd that was looked at (never by a path: not hers, stacked
+    since, nor ours, should she unmount hers meanwhile), until a PLAIN or OURS is there."""
+    from jobns.launcher import mountinfo  # teardown, status and gc only, not a task
+
+    below = mountinfo.mount_id(parent_fd)
+    for _ in range(MAX_STACK):
+        try:
+            fd = os.open(tree.name, O_LOOK, dir_fd=parent_fd)
+        except FileNotFoundError:
+            return None
+        mid = mountinfo.mount_id(fd)
+        m = None if mid == below else mountinfo.by_id(mid)
+        kind = PLAIN if mid == below else OURS if m is not None and ours(m) else FOREIGN
+        if kind != FOREIGN or not detach:
+            return fd, kind
+        try:
+            libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
+            what = f"{m.fstype} {m.source!r}" if m is not None else "a file system"
+            detached.append(f"detached {what} from {tree.path} (not jobns's)")
+        except OSError:
+            pass  # gone meanwhile (she unmounted it): look again
+        finally:
+            os.close(fd)
+    raise JobnsError(
+        f"detach what is mounted on {tree.path}: still not jobns's after {MAX_STACK} "
+        "detaches; unmount it by hand (umount -l) and run jobns teardown again"
+    )
+
+
+def root_top(
+    tree: Tree, ours: Callable[[Mount], bool], detach: bool = False
+) -> tuple[int, str] | None:
+    """What is on top of the tree root now (see _top_at); None if the tree or a parent is
+    gone, or (without detach) a parent cannot be reached without entering a mount."""
+    try:
+        fds = _walk_parents(tree, detach)
+    except OSError:
+        return None
     try:
         if len(fds) != len(tree.parents) + 1:
             return None
-        try:
-            return open_dir(fds[-1], tree.name, tree.path)
-        except (FileNotFoundError, JobnsError):
-            return None
+        return _top_at(fds[-1], tree, ours, detach)
+    except OSError:
+        return None
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def seal(tree: Tree) -> None:
-    """Make a tree root root's own (0700) so nobody enters it by path any more: an
-    outside writer cannot refill what teardown removes (SECURITY.md rule 6)."""
-    fd = open_tree(tree)
-    if fd is None:
+def open_root(
+    tree: Tree, ours: Callable[[Mount], bool], detach: bool = False
+) -> tuple[int, str] | None:
+    """The tree root opened for reading, and whether it is OURS (a mount of jobns's) or
+    PLAIN (a directory of its parent's file system): through "." of the O_PATH fd
+    root_top looked at, which never crosses into a mount made on it since. None if it is
+    gone, not a directory, or (without detach) someone else's mount."""
+    top = root_top(tree, ours, detach)
+    if top is None:
+        return None
+    look, kind = top
+    try:
+        if kind == FOREIGN:
+            return None
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=look), kind
+    except OSError:
+        return None
+    finally:
+        os.close(look)
+
+
+def new_mount(handle: TreeHandle, fstype: str) -> tuple[int, Mount]:
+    """The file system just mounted (through handle.fd) on the tree root: an fd of its
+    root and its mount table entry, whose identity (launcher.mountinfo.Identity) the job
+    record keeps. Taken only if the mount on top of the tree root is a `fstype` mounted
+    right on the directory handle holds: a user's mount stacked on it meanwhile is never
+    taken for it, nor entered (UserError: the job is refused)."""
+    from jobns.launcher import mountinfo  # setup only, not a task
+
+    tree = handle.tree
+    replaced = UserError(f"refuse {tree.path}: it was replaced while its capacity was being set up")
+    try:
+        look = os.open(tree.name, O_LOOK, dir_fd=handle.parent_fds[-1])
+    except OSError:
+        raise replaced from None
+    try:
+        m = mountinfo.by_id(mountinfo.mount_id(look))
+        if m is None or m.fstype != fstype or m.parent_id != str(mountinfo.mount_id(handle.fd)):
+            raise replaced
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=look), m
+    finally:
+        os.close(look)
+
+
+def seal(tree: Tree, ours: Callable[[Mount], bool]) -> None:
+    """Make a tree root root's own (0700) so nobody enters it by path any more (an
+    outside writer cannot refill what teardown removes, nor mount anything on it: SECURITY.md
+    rule 6). Whatever a user mounted on the root is detached first, so the seal lands on
+    jobns's own mount (ours) or the tree's own directory, and never on hers."""
+    got = open_root(tree, ours, detach=True)
+    if got is None:
         return
+    fd, _ = got
     try:
         os.fchown(fd, 0, 0)
         os.fchmod(fd, TOP_MODE)
@@ -597,97 +721,28 @@ def seal(tree: Tree) -> None:
         os.close(fd)
 
 
-def detach_mounts(tree: Tree, keep_source: str) -> list[str]:
-    """Detach every mount inside the tree or on its root (a FUSE mount the user made from
-    the host, a copy of something bound there), except our capacity tmpfs (source
-    keep_source); returns what was detached, for the log.
-
-    Each is reached from the tree's parent by O_PATH opens that never follow a symlink
-    and never send a request to a FUSE server (a stalled one must not hang teardown), and
-    detached through that fd, never by a path the user could redirect; shallowest first,
-    and a lazy detach takes the mounts below it along.
-    """
-    from jobns.launcher import mountinfo  # teardown and setup only, not a task
-
-    done: list[str] = []
-    top = tree.path.rstrip("/")
-    for m in mountinfo.under(top):
-        if m.source == keep_source and m.point == top:
-            continue
-        if any(m.point.startswith(d + "/") for d in done):
-            continue  # went with a mount above it
-        parts = [tree.name, *[p for p in m.point[len(top) :].split("/") if p]]
-        fds = _walk_parents(tree)
-        try:
-            if len(fds) != len(tree.parents) + 1:
-                break  # the tree's parent is gone
-            for part in parts[:-1]:
-                fds.append(
-                    os.open(
-                        part,
-                        os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                        dir_fd=fds[-1],
-                    )
-                )
-            fds.append(os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1]))
-            libc.umount2(f"/proc/self/fd/{fds[-1]}", libc.MNT_DETACH)
-            done.append(m.point)
-        except OSError:
-            continue  # not reachable from the tree (moved?) or not a mount any more
-        finally:
-            for fd in fds:
-                os.close(fd)
-    return [f"detached {p} (mounted inside the job tree)" for p in done]
-
-
-def _walk_parents(tree: Tree) -> list[int]:
-    """fds of the base and each parent of the tree (never following a symlink)."""
-    fds = [open_base(tree.base, f"{tree.role} base")]
-    try:
-        for i, part in enumerate(tree.parents):
-            fds.append(
-                open_dir(
-                    fds[-1], part, f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
-                )
-            )
-    except (FileNotFoundError, JobnsError):
-        pass
-    return fds
-
-
-def remove_recorded(tree: Tree) -> list[str]:
+def remove_recorded(tree: Tree, ours: Callable[[Mount], bool] = nothing_ours) -> list[str]:
     """Remove a tree by its recorded place, whatever the job left there (even a symlink
-    in place of the tree is only unlinked, never followed).
+    in place of the tree is only unlinked, never followed; whatever a user mounted on or
+    in it is detached, never entered). A mount of jobns's own (ours: a capacity that
+    could not be released) is never detached here: that would keep its memory alive.
 
     What cannot be removed because someone keeps writing into it (a process outside the
     job with its cwd there) is not the node's problem: the tree is renamed
     <name>~removing-<hex> (root's, sealed) for `jobns gc`, and teardown goes on."""
-    fds: list[int] = []
     try:
-        fds.append(open_base(tree.base, f"{tree.role} base"))
-        for i, part in enumerate(tree.parents):
-            if _moved_away(fds[-1], part):
-                raise FileNotFoundError(part)
-            fds.append(
-                open_dir(
-                    fds[-1], part, f"{tree.base.rstrip('/')}/{'/'.join(tree.parents[: i + 1])}"
-                )
-            )
-    except FileNotFoundError:
-        for fd in fds:
-            os.close(fd)
-        return []  # already gone
-    except JobnsError as e:
-        for fd in fds:
-            os.close(fd)
-        if fds and len(fds) <= len(tree.parents) and _moved_away(fds[-1], "", e):
-            return []  # a parent of hers became a link while we opened it (see _moved_away)
-        return [f"open {tree.path}: {e}"]
-    except OSError as e:
-        for fd in fds:
-            os.close(fd)
+        fds = _walk_parents(tree, detach=True)
+    except (OSError, JobnsError) as e:
         return [f"open {tree.path}: {e}"]
     try:
+        if len(fds) != len(tree.parents) + 1:
+            return []  # already gone
+        top = _top_at(fds[-1], tree, ours, detach=True)
+        if top is None:
+            return _prune_parents(tree, fds)
+        os.close(top[0])
+        if top[1] == OURS:
+            return [f"remove {tree.path}: jobns's capacity is still mounted on it"]
         errors: list[str] = []
         for _attempt in range(3):
             errors = remove_entry(fds[-1], tree.name, tree.path)
@@ -698,30 +753,18 @@ def remove_recorded(tree: Tree) -> list[str]:
         if errors and all(busy in e for e in errors) and retire(fds[-1], tree) is not None:
             errors = []
         return errors + _prune_parents(tree, fds)
+    except (OSError, JobnsError) as e:
+        return [f"remove {tree.path}: {e}"]
     finally:
         for fd in fds:
             os.close(fd)
-
-
-def _moved_away(dir_fd: int, name: str, refused: JobnsError | None = None) -> bool:
-    """A parent of a tree that is a symbolic link now (or the refusal of one): the job's
-    user replaced her own directory (the per-node layout's job-ID/) with a link. What she
-    moved away is hers and nothing of root's is reached through a link (rule 1), so
-    there is nothing left at the recorded place; failing the epilog for it would drain
-    the node for her act (rule 2)."""
-    if refused is not None:
-        return "symbolic link" in str(refused)
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
 
 
 def retire(parent_fd: int, tree: Tree) -> str | None:
     """Rename a sealed tree that would not empty out of the job's way; its new name, or
     None if it is not a sealed (root-owned) directory or could not be renamed."""
     try:
-        st = os.stat(tree.name, dir_fd=parent_fd, follow_symlinks=False)
+        st = stat_here(parent_fd, tree.name)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
             return None
         new = f"{tree.name}{RETIRED}{os.urandom(4).hex()}"
@@ -744,42 +787,42 @@ def _prune_parents(tree: Tree, parent_fds: list[int]) -> list[str]:
     return errors
 
 
-def looks_like_ours(tree: Tree) -> bool:
-    """A directory with exactly the modes jobns makes a tree with (lstat: no link)."""
+def lookalike(
+    tree: Tree, through: Callable[[Mount], bool] = nothing_ours
+) -> tuple[os.stat_result, bool] | None:
+    """A directory with exactly the modes jobns makes a tree with, looked at without
+    following a link and without entering anything mounted on it, its children or its
+    parents (a user's stalled FUSE server there would hang us, and a tree someone
+    mounted on is not proven dead), except a mount on its root that through() accepts
+    (root's own: a [[dirs]] cover), which is looked at instead: (its stat, whether a
+    task holds it: a standalone `jobns run` holds a shared flock on its trees). None if
+    it is not one."""
+    top = root_top(tree, through)
+    if top is None:
+        return None
+    look, kind = top
     try:
-        st = os.lstat(tree.path)
-        if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != TOP_MODE:
-            return False
+        if kind == FOREIGN:
+            return None
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=look)
+    except OSError:
+        return None
+    finally:
+        os.close(look)
+    try:
+        st = os.fstat(fd)
+        if stat.S_IMODE(st.st_mode) != TOP_MODE:
+            return None
         for c in tree.children:
-            cst = os.lstat(f"{tree.path}/{c}")
+            cst = stat_here(fd, c)
             if not stat.S_ISDIR(cst.st_mode) or stat.S_IMODE(cst.st_mode) != SCRATCH_MODE:
-                return False
+                return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return st, False
+        except BlockingIOError:
+            return st, True
     except OSError:
-        return False
-    return True
-
-
-def in_use(tree: Tree) -> bool:
-    """A standalone `jobns run` holds a shared flock on its trees while it runs."""
-    import fcntl
-
-    try:
-        fd = os.open(tree.path, O_DIR)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
+        return None
     finally:
         os.close(fd)
-
-
-def mounted_on(tree: Tree) -> bool:
-    """Is a file system mounted on the tree's root or one of its children? (Then looking
-    at them would ask that file system: a user's stalled FUSE server could hang us.)"""
-    from jobns.launcher import mountinfo  # teardown and setup only, not a task
-
-    tops = {tree.path, *(f"{tree.path}/{c}" for c in tree.children)}
-    return any(m.point in tops for m in mountinfo.under(tree.path))

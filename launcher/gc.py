@@ -29,13 +29,20 @@ import time
 from jobns.launcher import config as config_mod
 from jobns.launcher import fs, state, sysprog
 from jobns.launcher import record as records
-from jobns.launcher.dirs import only_covers_on
+from jobns.launcher.dirs import is_cover
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.inputs import Options
 from jobns.launcher.job import safe_component
 from jobns.launcher.lifecycle import finish, recover_one, require_root
 from jobns.launcher.plan import Tree
 from jobns.launcher.record import Record
+from jobns.launcher.removal import take_detached
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from jobns.launcher.mountinfo import Mount
 
 ALIVE_STATES = {
     "PENDING",
@@ -203,13 +210,17 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[st
             if not _job_id(job_id) or job_id in jobs or path in recorded:
                 continue
             tree = Tree(role, base, (), name, children, True)
-            if fs.mounted_on(tree) and not (role == "dir" and only_covers_on(tree)):
-                # A user's mount on it (a stalled FUSE server would hang us): not proven
-                # dead, left alone (jobns status shows it).
-                continue
-            if fs.looks_like_ours(tree) and not fs.in_use(tree):
+            # Looked at without entering a mount: one on it or its children (a user's
+            # stalled FUSE server would hang us) means not proven dead, left alone; a
+            # [[dirs]] tree's cover (root's, launcher.dirs) is looked through.
+            seen = fs.lookalike(tree, _cover_on(tree) if role == "dir" else fs.nothing_ours)
+            if seen is not None and not seen[1]:
                 found.append(tree)
     return found
+
+
+def _cover_on(tree: Tree) -> Callable[[Mount], bool]:
+    return lambda m: is_cover(m, tree)
 
 
 def bases(config: config_mod.Config) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -367,10 +378,12 @@ def main(opts: Options, _command: list[str]) -> int:
         summary["leftovers"] += 1
         say(f"{'would remove' if dry else 'removing'} {tree.path} ({what})", dry=dry)
         if not dry:
-            fs.detach_mounts(tree, "")  # what a dead job's user mounted deeper inside
+            # What a dead job's user mounted deeper inside is detached, never entered.
             for err in fs.remove_recorded(tree):
                 say(f"jobns gc: {err}", level="error")
                 problems += 1
+            for note in take_detached():
+                say(f"jobns gc: {note}", dry=dry)
     if not dry:
         from jobns.launcher.metrics import write_gc_summary
 

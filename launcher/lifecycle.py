@@ -64,6 +64,7 @@ from jobns.launcher.record import (
     plan_of,
     run_env_values,
 )
+from jobns.launcher.removal import take_detached
 from jobns.launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
 from jobns.launcher.staging import Staging
 
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from jobns.launcher.directives import Directives
     from jobns.launcher.fs import TreeHandle
     from jobns.launcher.job import Job
+    from jobns.launcher.mountinfo import Identity
     from jobns.launcher.plan import Plan, Tree
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
@@ -347,9 +349,11 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
             # A covered tree's file system stays root's: only the cover's content is hers.
             owner = (0, 0) if cover else (uid, gid)
             if size is not None and _on_disk(config, tree):
-                _mount_image(config, record, rec, h, job.job_id, *owner)
+                rec.mount = _mount_image(config, record, rec, h, job.job_id, *owner)
             elif size is not None:
-                sizelimit.mount(h, size, *owner, job.job_id)
+                rec.mount = sizelimit.mount(h, size, *owner, job.job_id)
+            if size is not None:
+                records.save(config.state_dir, record)  # the mount teardown takes for ours
             if cover:  # recorded with the next save (until then uncover finds it anyway)
                 rec.cover = dirs.cover(h, uid, gid, config.state_dir, job.job_id)
             again = fs.acquire_tree(tree, uid, gid, create=False)
@@ -395,9 +399,10 @@ def _mount_image(
     job_id: str,
     uid: int,
     gid: int,
-) -> None:
+) -> Identity:
     """A disk capacity (launcher.diskimage): the image is recorded before it is made, so
-    teardown, recover and gc find it whatever step a crash interrupts."""
+    teardown, recover and gc find it whatever step a crash interrupts; returns the
+    identity of its mount."""
     from jobns.launcher import diskimage
 
     assert rec.capacity is not None
@@ -410,7 +415,7 @@ def _mount_image(
     fstype = diskimage.fs_type(config)
     diskimage.create(config, tree.role, job_id, rec.capacity, base, what)
     diskimage.make_fs(rec.image, fstype, uid, gid)
-    diskimage.mount(handle, rec.image, fstype, uid, gid)
+    return diskimage.mount(handle, rec.image, fstype, uid, gid)
 
 
 def pre_run(
@@ -577,22 +582,7 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             errors += problems
             keep_scratch = bool(problems)
         for t in record.trees:
-            tree, gone = t.tree, removable(t.tree, t.made, record)
-            if t.cover is not None or dirs.covered(tree):
-                errors += dirs.uncover(tree, t.cover)  # first: the rest works on the tree
-            if t.image is not None:
-                # A disk capacity: shut down, detach, truncate, unlink (constant time).
-                from jobns.launcher import diskimage
-
-                _clear_the_way(tree, job_id, diskimage.source_of(t.image))
-                errors += diskimage.unmount(tree, t.image)
-            elif gone or t.capacity is not None:
-                _clear_the_way(tree, job_id)
-            if t.capacity is not None and t.image is None:
-                # Unmount first: removal never crosses into another file system.
-                errors += sizelimit.unmount(tree, job_id)
-            if gone:
-                errors += fs.remove_recorded(tree)
+            errors += _release_tree(t, job_id, removable(t.tree, t.made, record))
         scratch_rec = record.scratch_record()
         if (
             scratch is not None
@@ -600,7 +590,7 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             and not keep_scratch
             and removable(scratch, scratch_rec.get("made", True) is True, record)
         ):
-            _clear_the_way(scratch, job_id)
+            fs.seal(scratch, fs.nothing_ours)
             errors += fs.remove_recorded(scratch)
         if held is not None and dev is not None and ino is not None:
             errors += pins.terminate_namespace(dev, ino, 0.0, userns)  # one that joined late
@@ -609,17 +599,50 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             os.close(held)
         if user is not None:
             os.close(user[0])
+        for note in take_detached():
+            warn(f"teardown {job_id}: {note}")
     return errors
 
 
-def _clear_the_way(tree: Tree, job_id: str, keep: str | None = None) -> None:
-    """Before removing a tree: nobody may enter it any more (seal), and nothing the user
-    mounted inside it (FUSE from the host) may stop or redirect the removal. keep: the
-    source of our own mount on the tree root (default: its capacity tmpfs)."""
-    fs.seal(tree)  # first: she cannot mount anew in a tree she can no longer enter
-    for note in fs.detach_mounts(tree, keep or sizelimit.source_name(tree.role, job_id)):
-        warn(f"teardown {job_id}: {note}")
-    fs.seal(tree)  # again: a mount on the tree root hid the directory the first one saw
+def _release_tree(t: TreeRecord, job_id: str, gone: bool) -> list[str]:
+    """One recorded tree at teardown: detach its cover (launcher.dirs), seal it (whatever
+    the user mounted on its root is detached first), release its capacity (empty and
+    detach a tmpfs; shut down, detach, truncate and unlink a disk image), remove it.
+    Which mount on the root is the capacity is the record's to say (sizelimit.owner: the
+    identity setup recorded), never the mount's source name, which her FUSE mount can
+    copy."""
+    tree = t.tree
+    errors: list[str] = []
+    if t.cover is not None or dirs.covered(tree):
+        errors += dirs.uncover(tree, t.cover)  # first: the rest works on the tree
+    if not gone and t.capacity is None:
+        return errors  # kept (--no-rm-tmpdir) and nothing of ours mounted on it
+    ours = sizelimit.owner(t, job_id)
+    fs.seal(tree, ours)  # first: she cannot mount anew on a root she can no longer enter
+    if t.image is not None:
+        from jobns.launcher import diskimage
+
+        errors += diskimage.unmount(tree, t.image, ours)
+    elif t.capacity is not None:
+        # Unmount first: removal never crosses into another file system.
+        errors += sizelimit.unmount(tree, ours)
+    if gone:
+        errors += fs.remove_recorded(tree, ours)
+    return errors
+
+
+def _still_mounted(record: Record) -> list[str]:
+    """The recorded trees whose capacity (jobns's own mount) is still on their root."""
+    out = []
+    for t in record.trees:
+        if t.capacity is None:
+            continue
+        top = fs.root_top(t.tree, sizelimit.owner(t, record.job_id))
+        if top is not None:
+            os.close(top[0])
+            if top[1] == fs.OURS:
+                out.append(t.tree.path)
+    return out
 
 
 def teardown_locked(
@@ -647,6 +670,14 @@ def teardown_locked(
     records.enter(state_dir, record, "teardown-fail")
     for err in errors:
         warn(f"teardown {job_id}: {err}", level="error")
+    held = _still_mounted(record) if force else []
+    if held:
+        # Forgotten, its memory or disk space would be lost to the node for good.
+        raise JobnsError(
+            f"teardown job {job_id}: kept its record despite --force: its capacity is "
+            f"still mounted on {', '.join(held)} ({len(errors)} problem(s), listed "
+            "above); fix them and run jobns teardown again"
+        )
     if force:
         state.remove_job_dir(state_dir, job_id)
         raise JobnsError(

@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from jobns.launcher.mountinfo import Mount
+    from jobns.launcher.plan import Tree
+    from jobns.launcher.record import TreeRecord
+
 GC_SUMMARY = "gc.json"
 GC_FIELDS = ("dead_jobs", "unknown_to_slurm", "leftovers", "problems")
 EXTRA_STATES = ("standalone", "leftover", "unreadable")  # status's states without a record
@@ -168,30 +172,51 @@ def render(
     return "\n".join(out.lines) + "\n"
 
 
-def capacity_used(path: str, source: str) -> int | None:
-    """Bytes used in a job's capacity tmpfs (`jobns status` does not look inside a mount:
-    a user's stalled FUSE server must not hang it), from statvfs, but only while the
-    topmost mount on path is jobns's own tmpfs (source jobns-ROLE-ID), which never hangs."""
-    from jobns.launcher.mountinfo import mounts
+def capacity_used(tree: Tree, ours: Callable[[Mount], bool]) -> int | None:
+    """Bytes used in a job's capacity (`jobns status` does not look inside a mount: a
+    user's stalled FUSE server must not hang it), from statfs of jobns's own mount (ours:
+    launcher.sizelimit.owner), reached by an O_PATH fd, never a path; None unless the
+    topmost mount on the tree root is that one (a user's mount on it is never asked)."""
+    from jobns.launcher import fs
+    from jobns.launcher.errors import JobnsError
 
-    top = [m for m in mounts() if m.point == path.rstrip("/")]
-    # Our tmpfs, or a disk capacity's loop device (source: /dev/loopN, launcher.diskimage)
-    if not top or top[-1].fstype not in ("tmpfs", "ext4", "xfs") or top[-1].source != source:
-        return None
     try:
-        st = os.statvfs(path)
+        top = fs.root_top(tree, ours)
+    except JobnsError:
+        return None  # its base is gone
+    if top is None:
+        return None
+    fd, kind = top
+    try:
+        if kind != fs.OURS:
+            return None
+        st = os.fstatvfs(fd)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+def _measurable(rec: TreeRecord, ours: Callable[[Mount], bool]) -> Callable[[Mount], bool]:
+    """What capacity_used may ask on a tree root: jobns's capacity, or the cover over it
+    (launcher.dirs: root's bind of the capacity's own `data`, so the same file system)."""
+    ident = rec.mount
+    if rec.cover is None or ident is None:
+        return ours
+    from jobns.launcher.dirs import is_cover
+
+    tree = rec.tree
+    return lambda m: ours(m) or (is_cover(m, tree) and ident.same_fs(m))
+
+
 def fill_capacity_bytes(
-    jobs: list[dict[str, object]], tree_bytes: Callable[[str], int | None]
+    jobs: list[dict[str, object]], tree_bytes: Callable[[Tree], int | None]
 ) -> None:
     """Bytes used of recorded jobs whose trees have a capacity (status leaves them None);
     tree_bytes: how status counts a tree without a capacity."""
-    from jobns.launcher.plan import tree_from_record
-    from jobns.launcher.sizelimit import source_name
+    from jobns.launcher.record import TreeRecord
+    from jobns.launcher.sizelimit import owner
 
     for j in jobs:
         trees = j.get("trees")
@@ -201,17 +226,11 @@ def fill_capacity_bytes(
         for t in trees:
             if not isinstance(t, dict):
                 continue
-            path = tree_from_record(t).path
-            image = t.get("image")
-            if t.get("capacity") is not None and isinstance(image, str):
-                from jobns.launcher.diskimage import source_of
-
-                loop = source_of(image)
-                used = None if loop is None else capacity_used(path, loop)
-            elif t.get("capacity") is not None:
-                used = capacity_used(path, source_name(str(t.get("role")), str(j["job_id"])))
+            rec = TreeRecord.from_dict(t)
+            if rec.capacity is not None:
+                used = capacity_used(rec.tree, _measurable(rec, owner(rec, str(j["job_id"]))))
             else:
-                used = tree_bytes(path)
+                used = tree_bytes(rec.tree)
             if used is not None and "target" in t:
                 t["used"] = used  # an extra directory's own use (jobns status)
             total = None if used is None or total is None else total + used
@@ -222,7 +241,7 @@ def status_text(
     state_dir: str,
     jobs: list[dict[str, object]],
     warning: str,
-    tree_bytes: Callable[[str], int | None],
+    tree_bytes: Callable[[Tree], int | None],
 ) -> str:
     fill_capacity_bytes(jobs, tree_bytes)
     gc = read_gc_summary(state_dir) if os.geteuid() == 0 else None

@@ -12,6 +12,7 @@ import time
 
 from jobns.launcher import state as state_mod
 from jobns.launcher.errors import JobnsError
+from jobns.launcher.mountinfo import Identity
 from jobns.launcher.plan import TMP_TARGETS, Bind, build, tree_from_record, tree_record
 
 TYPE_CHECKING = False
@@ -26,10 +27,12 @@ NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
 
 
 class TreeRecord:
-    """One recorded tree: where it is, whether it is removed, its capacity, and whether
-    this setup made it (a failed setup removes only what it made)."""
+    """One recorded tree: where it is, whether it is removed, its capacity, whether this
+    setup made it (a failed setup removes only what it made), its cover (launcher.dirs),
+    and the identity of the capacity's mount (launcher.mountinfo.Identity: how teardown,
+    recover and gc know it from a user's mount named like it)."""
 
-    __slots__ = ("capacity", "cover", "image", "made", "tree")
+    __slots__ = ("capacity", "cover", "image", "made", "mount", "tree")
 
     def __init__(
         self,
@@ -38,12 +41,14 @@ class TreeRecord:
         made: bool = False,
         image: str | None = None,
         cover: str | None = None,
+        mount: Identity | None = None,
     ) -> None:
         self.tree = tree
         self.capacity = capacity
         self.made = made
         self.image = image  # a disk capacity's image file (launcher.diskimage), if any
         self.cover = cover  # the mount id of an extra directory's cover (launcher.dirs)
+        self.mount = mount  # None: not mounted yet, or a record of the previous version
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> TreeRecord:
@@ -54,6 +59,7 @@ class TreeRecord:
             d.get("made", True) is True,
             image if isinstance(image, str) else None,
             cover if isinstance(cover, str) else None,
+            mount=Identity.from_dict(d.get("mount")),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -63,6 +69,8 @@ class TreeRecord:
             out["image"] = self.image
         if self.cover is not None:
             out["cover"] = self.cover
+        if self.mount is not None:
+            out["mount"] = self.mount.to_dict()
         return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import sys
 import time
 
@@ -74,31 +75,53 @@ def env_main(opts: Options, _command: list[str]) -> int:
     return 0
 
 
-def tree_bytes(path: str) -> int | None:
-    """Disk use (st_blocks) below path without following symlinks and without entering a
-    file system mounted inside (a user's stalled FUSE server must not hang status); None
-    if unreadable or if something is mounted on path itself."""
-    from jobns.launcher.mountinfo import under
+def tree_bytes(tree: Tree) -> int | None:
+    """Disk use (st_blocks) below a tree root, None if it cannot be read or something is
+    mounted on the root itself (a capacity: metrics.fill_capacity_bytes asks its file
+    system). Nothing mounted below it is counted, entered or even looked at (a user's
+    FUSE mount, made before or during the walk, whose stalled server would hang status):
+    every directory is opened, and every entry looked at, relative to its parent's fd
+    and within its parent's mount (launcher.removal.open_here: EXDEV instead), never
+    through a symlink. One directory fd is open at a time: each is reopened from the tree
+    root's parent by its relative path, under the same rules."""
+    from jobns.launcher import fs
+    from jobns.launcher.removal import O_DIR, O_LOOK, open_here
 
-    mounted = {m.point for m in under(path)}
-    if path.rstrip("/") in mounted:
+    rel = "/".join((*tree.parents, tree.name))
+    try:
+        base = fs.open_base(tree.base, f"{tree.role} base")
+    except JobnsError:
         return None
     total = 0
     try:
-        stack = [path]
-        while stack:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    if entry.path in mounted:
-                        continue  # never stat it: that would ask the mounted file system
-                    st = entry.stat(follow_symlinks=False)
+        todo = [rel]
+        while todo:
+            here = todo.pop()
+            try:
+                fd = open_here(base, here, O_DIR)
+            except FileNotFoundError:
+                if here == rel:
+                    return 0  # no tree (any more)
+                continue  # removed during the walk
+            try:
+                for name in os.listdir(fd):
+                    try:
+                        look = open_here(fd, name, O_LOOK)
+                    except OSError:
+                        continue  # gone, or something mounted on it: never looked into
+                    try:
+                        st = os.fstat(look)
+                    finally:
+                        os.close(look)
                     total += st.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-    except FileNotFoundError:
-        return 0
+                    if stat.S_ISDIR(st.st_mode):
+                        todo.append(f"{here}/{name}")
+            finally:
+                os.close(fd)
     except OSError:
         return None
+    finally:
+        os.close(base)
     return total
 
 
@@ -122,7 +145,7 @@ def collect(state_dir: str, config: config_mod.Config | None = None) -> list[dic
         rec = record.to_dict()
         paths = [t.tree.path for t in record.trees]
         recorded.update(paths)
-        sizes = [tree_bytes(p) for p in paths]
+        sizes = [tree_bytes(t.tree) for t in record.trees]
         trees = rec["trees"]
         assert isinstance(trees, list)
         for t, size in zip(trees, sizes, strict=True):
@@ -162,15 +185,12 @@ def standalone(
             tree = Tree(role, base, (), name, kids, True)
             if not name.startswith("job-") or tree.path in recorded or "~" in name:
                 continue
-            if fs.mounted_on(tree):
-                continue  # a user's mount on it: never touched (it could hang us)
-            try:
-                st = os.lstat(tree.path)
-            except OSError:
+            # Never entering a mount on it (a user's: it could hang us), nor following a link.
+            seen = fs.lookalike(tree)
+            if seen is None:
                 continue
+            st, held = seen
             if not root and st.st_uid != os.geteuid():
-                continue
-            if not fs.looks_like_ours(tree):
                 continue
             try:
                 user = pwd.getpwuid(st.st_uid).pw_name
@@ -187,9 +207,9 @@ def standalone(
                     "created": st.st_mtime,
                 },
             )
-            if fs.in_use(tree):
+            if held:
                 job["state"] = "standalone"
-            size = tree_bytes(tree.path)
+            size = tree_bytes(tree)
             paths, used = job["paths"], job["bytes"]
             assert isinstance(paths, list)
             paths.append(tree.path)

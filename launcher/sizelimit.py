@@ -5,12 +5,16 @@ The tmpfs is mounted on the tree root *on the host*, before the job's namespace 
 made, so the binds of the tree's children pick it up; the job's tasks and every later
 step see only the limited file system, and a job that writes past it gets ENOSPC while
 the node's /tmp and /dev/shm are untouched. Each mount is named ``jobns-<role>-<job id>``
-(its "source" in /proc/self/mountinfo), which is how teardown knows it is ours.
+(its "source" in /proc/self/mountinfo), for the administrator's eyes only: a user can
+give her FUSE mount the same name. jobns knows its mount by the identity the kernel gave
+it (launcher.mountinfo.Identity: mount id, device, type), recorded in the job record when
+setup mounts it (owner() says which mounts of a tree are jobns's).
 
 Why it is safe: the mount is made through /proc/self/fd/N of the tree root jobns just
 created and verified, so a symlink swapped in under the tree's name cannot redirect it;
 once mounted the kernel refuses to rename the mount point (EBUSY), so the name keeps
-meaning that directory until teardown unmounts it (UMOUNT_NOFOLLOW, by that name).
+meaning that directory; teardown reaches it by a walk of O_PATH fds and detaches it
+through its fd, never by a path.
 """
 
 from __future__ import annotations
@@ -18,41 +22,52 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from jobns.launcher import fs, libc, mountinfo
-from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher import fs, libc
+from jobns.launcher.errors import JobnsError
+from jobns.launcher.mountinfo import Identity
 from jobns.launcher.plan import TOP_MODE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jobns.launcher.fs import TreeHandle
+    from jobns.launcher.mountinfo import Mount
     from jobns.launcher.plan import Tree
+    from jobns.launcher.record import TreeRecord
 
 
 def source_name(role: str, job_id: str) -> str:
     return f"jobns-{role}-{job_id}"
 
 
-def _ours_at(fd: int, tree: Tree, job_id: str) -> bool:
-    """Is the file system open at fd this job's capacity tmpfs (by source and device)?"""
-    st = os.fstat(fd)
-    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-    want = source_name(tree.role, job_id)
-    return any(
-        m.fstype == "tmpfs" and m.source == want and m.dev == dev for m in mountinfo.mounts()
-    )
+def owner(t: TreeRecord, job_id: str) -> Callable[[Mount], bool]:
+    """Which mounts on a recorded tree's root are jobns's own: the one whose identity the
+    record keeps. A record of the previous version (or of a setup that died between its
+    mount and its record) keeps none: then only a mount of the kind jobns makes there can
+    be ours - a tmpfs named ours (only root makes a tmpfs in the host's namespace: a
+    user's FUSE mount has type fuse.*, whatever she names it) or an ext4/xfs on a loop
+    device backed by the recorded image (launcher.diskimage.ours_at) - and whatever a
+    user stacked on it is detached before it is looked into."""
+    if t.mount is not None:
+        return t.mount.matches
+    if t.image is not None:
+        from jobns.launcher.diskimage import ours_at
+
+        image = t.image
+        return lambda m: ours_at(m, image)
+    if t.capacity is not None:
+        return _legacy(t.tree, job_id)
+    return fs.nothing_ours
 
 
-def ours(tree: Tree, job_id: str) -> bool:
-    fd = fs.open_tree(tree)
-    if fd is None:
-        return False
-    try:
-        return _ours_at(fd, tree, job_id)
-    finally:
-        os.close(fd)
+def _legacy(tree: Tree, job_id: str) -> Callable[[Mount], bool]:
+    name = source_name(tree.role, job_id)
+    return lambda m: m.fstype == "tmpfs" and m.source == name
 
 
-def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> None:
-    """Mount a tmpfs of `size` bytes on the tree root and remake its children in it.
+def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Identity:
+    """Mount a tmpfs of `size` bytes on the tree root and remake its children in it;
+    returns its identity, for the job record.
 
     The caller re-acquires the tree afterwards (fs.acquire_tree(create=False)), which
     verifies the new root and children exactly as it verifies any tree.
@@ -69,45 +84,40 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Non
             f"mount a {size}-byte tmpfs on {tree.path} (capacity): {e.strerror}; "
             "is the size possible on this node?"
         ) from None
-    parent = handle.parent_fds[-1]
     try:
-        # By name from the parent: a path lookup crosses into the new mount, the old fd
-        # (and /proc/self/fd/N) still lead to the directory beneath it.
-        fd = fs.open_dir(parent, tree.name, tree.path)
+        fd, m = fs.new_mount(handle, "tmpfs")
     except BaseException:
-        unmount(tree, job_id)
+        unmount(tree, _legacy(tree, job_id))
         raise
     try:
-        if not _ours_at(fd, tree, job_id):
-            raise UserError(
-                f"refuse {tree.path}: it was replaced while its capacity was being set up"
-            )
         fs.make_children(fd, tree, uid, gid)
     except BaseException:
-        os.close(fd)
-        unmount(tree, job_id)
+        unmount(tree, Identity.of(m).matches)
         raise
-    os.close(fd)
+    finally:
+        os.close(fd)
+    return Identity.of(m)
 
 
-def unmount(tree: Tree, job_id: str) -> list[str]:
+def unmount(tree: Tree, ours: Callable[[Mount], bool]) -> list[str]:
     """Empty and detach every tmpfs of ours on the tree root (a crash may have stacked two).
 
-    Emptied first, then made read-only (the superblock: every copy of the mount), then
+    Whatever a user mounted on it is detached first, never entered (launcher.fs.open_root),
+    and so is whatever she mounted inside it (the emptying walk, launcher.removal). Ours is
+    emptied first, then made read-only (the superblock: every copy of the mount), then
     detached: a copy kept alive elsewhere (a job user holding her namespace open, a
     process of hers with its cwd inside) then holds an empty file system she cannot
-    refill, not the job's data (SECURITY.md rule 6). The mount is found by a walk that
-    never follows a symlink and detached through its fd, never by a path the user
-    could redirect.
+    refill, not the job's data (SECURITY.md rule 6). It is reached by a walk that never
+    follows a symlink and detached through its fd, never by a path the user could redirect.
     """
-    errors: list[str] = []
     for _ in range(16):
-        fd = fs.open_tree(tree)
-        if fd is None:
-            return errors
+        got = fs.open_root(tree, ours, detach=True)
+        if got is None:
+            return []
+        fd, kind = got
         try:
-            if not _ours_at(fd, tree, job_id):
-                return errors
+            if kind != fs.OURS:
+                return []
             fs.clear_dir(fd, tree.path)  # best effort: what a writer keeps goes with it
             try:
                 libc.mount(

@@ -772,6 +772,63 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                      'what it '
                                                                                      'made.',
                                                                       'type': 'boolean'},
+                                                             'mount': {'additionalProperties': False,
+                                                                       'description': 'The '
+                                                                                      "capacity's "
+                                                                                      'mount as '
+                                                                                      'the kernel '
+                                                                                      'identified '
+                                                                                      'it when '
+                                                                                      'setup made '
+                                                                                      'it '
+                                                                                      '(launcher.mountinfo.Identity): '
+                                                                                      'teardown, '
+                                                                                      'recover and '
+                                                                                      'gc take '
+                                                                                      'only this '
+                                                                                      'mount on '
+                                                                                      'the tree '
+                                                                                      'root for '
+                                                                                      "jobns's (a "
+                                                                                      'user can '
+                                                                                      'give her '
+                                                                                      'FUSE mount '
+                                                                                      'any source '
+                                                                                      'name). '
+                                                                                      'Absent in '
+                                                                                      'records of '
+                                                                                      'earlier '
+                                                                                      'versions, '
+                                                                                      'and until '
+                                                                                      'the '
+                                                                                      'capacity is '
+                                                                                      'mounted.',
+                                                                       'properties': {'dev': {'description': 'st_dev '
+                                                                                                             'of '
+                                                                                                             'its '
+                                                                                                             'file '
+                                                                                                             'system.',
+                                                                                              'minimum': 0,
+                                                                                              'type': 'integer'},
+                                                                                      'fstype': {'minLength': 1,
+                                                                                                 'type': 'string'},
+                                                                                      'id': {'description': 'Its '
+                                                                                                            'mount '
+                                                                                                            'id '
+                                                                                                            '(mnt_id '
+                                                                                                            'in '
+                                                                                                            '/proc/self/fdinfo, '
+                                                                                                            'the '
+                                                                                                            'first '
+                                                                                                            'field '
+                                                                                                            'of '
+                                                                                                            '/proc/self/mountinfo).',
+                                                                                             'minimum': 1,
+                                                                                             'type': 'integer'}},
+                                                                       'required': ['id',
+                                                                                    'dev',
+                                                                                    'fstype'],
+                                                                       'type': 'object'},
                                                              'name': {'minLength': 1,
                                                                       'type': 'string'},
                                                              'options': {'description': 'An extra '
