@@ -83,7 +83,8 @@ def stat_here(parent_fd: int, name: str) -> os.stat_result:
 def detach_at(parent_fd: int, name: str, path: str = "") -> bool:
     """Detach the topmost mount on parent/name, through an O_PATH fd of it (its server is
     never asked anything), never by a path; False if nothing is mounted there or it could
-    not be detached (an ordinary user cannot). path: for the log."""
+    not be detached (an ordinary user cannot). path: where it was, for the epilog's log
+    (a note in `detached`; without it, none: a caller detaching its own mount)."""
     try:
         fd = os.open(name, O_LOOK, dir_fd=parent_fd)
     except OSError:
@@ -100,8 +101,9 @@ def detach_at(parent_fd: int, name: str, path: str = "") -> bool:
         return False
     finally:
         os.close(fd)
-    what = f"{m.fstype} {m.source!r}" if m is not None else "a file system"
-    detached.append(f"detached {what} from {path or name} (not jobns's)")
+    if path:
+        what = f"{m.fstype} {m.source!r}" if m is not None else "a file system"
+        detached.append(f"detached {what} from {path} (not jobns's)")
     return True
 
 
