@@ -73,6 +73,7 @@ def render_conf(
     *,
     cpus: int = 1,
     memory_mb: int = 500,
+    tmp_disk_mb: int = 0,
     kill_wait: int = 2,
     cluster: str = "rig",
     extra: Mapping[str, str] | None = None,
@@ -81,6 +82,8 @@ def render_conf(
 
     CPUs and RealMemory are deliberately below what a container sees: a node that
     reports less than slurm.conf says is drained ("Low socket*core*thread count").
+    TmpDisk (MB, of the node's /tmp) lets jobs ask for `--tmp`; Slurm refuses a job whose
+    --tmp is larger than any node's.
     """
     if not computes:
         raise RigError("render slurm.conf: no compute nodes")
@@ -108,8 +111,9 @@ def render_conf(
         **(extra or {}),
     }
     lines = [f"{k}={v}" for k, v in settings.items()]
+    tmp = f" TmpDisk={tmp_disk_mb}" if tmp_disk_mb else ""
     lines += [
-        f"NodeName={h} NodeHostname={h} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
+        f"NodeName={h} NodeHostname={h} CPUs={cpus} RealMemory={memory_mb}{tmp} State=UNKNOWN"
         for h in computes
     ]
     lines.append(
@@ -129,6 +133,8 @@ class SlurmCluster:
         enforce: bool = False,
         extra: Mapping[str, str] | None = None,
         files: Mapping[str, str | bytes] | None = None,
+        cpus: int = 1,
+        tmp_disk_mb: int = 0,
     ) -> None:
         if enforce and not jobns:
             raise RigError("SlurmCluster: enforce=True needs jobns=True")
@@ -145,6 +151,8 @@ class SlurmCluster:
                 **(ENFORCE_CONF if enforce else {}),
                 **(extra or {}),
             },
+            cpus=cpus,
+            tmp_disk_mb=tmp_disk_mb,
         )
         self.files = dict(files or {})
         self.configured = False
@@ -152,7 +160,8 @@ class SlurmCluster:
 
     @property
     def members(self) -> list[Node]:
-        return [self.controller, *self.computes]
+        """Every node once (the controller may be a compute node too)."""
+        return [self.controller, *(n for n in self.computes if n is not self.controller)]
 
     def configure(self) -> None:
         """Everything start() does before the Slurm daemons: slurm.conf, `files`, munged,
