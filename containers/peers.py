@@ -197,6 +197,8 @@ def slurm_cluster(
     )
     cluster.configure()
     for n in cluster.members:
+        # the mount point of the extra directory (a peer fails every job without it)
+        n.exec(["mkdir", "-p", EXTRA]).check(f"mkdir {EXTRA} on {n.hostname}")
         for path, text in mode.scripts.items():
             n.put_file(path, text, mode=0o755)
         fresh_mount_ns_ids(n)

@@ -140,7 +140,7 @@ def peer(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Peer]:
         loop=mode.jobns,  # disk capacities
     ) as rig:
         for n in rig.nodes:
-            n.sh(f"mkdir -p {EXTRA} && install -d -m 0755 {JOBNS_LOCAL}").check("mkdir")
+            n.exec(["install", "-d", "-m", "0755", JOBNS_LOCAL]).check(f"mkdir {JOBNS_LOCAL}")
         cluster = peers.slurm_cluster(
             rig,
             mode,
