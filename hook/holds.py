@@ -56,7 +56,9 @@ def _ensure_dir(parent_fd: int, name: str, path: str) -> int:
     except FileExistsError:
         pass
     except OSError as e:
-        raise JobnsError(f"create {path}: {e.strerror}; check state_dir in the config") from None
+        from jobns.launcher import state
+
+        raise state.state_error("create", path, e) from None
     fd = os.open(name, O_DIR, dir_fd=parent_fd)
     st = os.fstat(fd)
     if st.st_uid != 0 or st.st_mode & 0o077:
@@ -132,7 +134,9 @@ class Pending:
         try:
             os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except OSError as e:
-            raise JobnsError(f"create hold {self.path}: {e.strerror}") from None
+            from jobns.launcher import state
+
+            raise state.state_error("create hold", self.path, e) from None
         from jobns.launcher.fork import spawn
 
         # launcher.fork: the holder keeps only the container's pidfd, the hold's lock and
@@ -219,6 +223,8 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
         "no_rm": "1" if job.no_rm else "",
     }
     body = "".join(f"{k}={v}\n" for k, v in info.items()).encode()
+    from jobns.launcher import state
+
     state_fd = os.open(state_dir, O_DIR)
     try:
         top = _ensure_dir(state_fd, HOLDS, holds_dir(state_dir))
@@ -237,12 +243,17 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
             0o600,
             dir_fd=dir_fd,
         )
-        fcntl.flock(fd, fcntl.LOCK_EX)  # nobody else knows the name yet: never blocks
-        os.write(fd, body)
     except OSError as e:
         os.close(dir_fd)
-        raise JobnsError(f"create hold {path}: {e.strerror}") from None
-    return Pending(state_dir, job.job_id, dir_fd, fd, tmp, cid, path)
+        raise state.state_error("create hold", path, e) from None
+    pending = Pending(state_dir, job.job_id, dir_fd, fd, tmp, cid, path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # nobody else knows the name yet: never blocks
+        state.write_all(fd, body)
+    except OSError as e:
+        pending.abort()  # no half-written hold file is left behind
+        raise state.state_error("create hold", path, e) from None
+    return pending
 
 
 def _holder(

@@ -190,11 +190,17 @@ def plan(
                 if from_scheduler
                 else f"[capacity] {role}_default"
             )
-            raise DirectiveError(
+            message = (
                 f"{what} is {size} bytes ({human(size)}), more than this "
                 f"site allows ({role}_max = {limit} bytes, {human(limit)}); "
                 "ask for less"
             )
+            if from_scheduler:
+                # sbatch --tmp is the user's own request: refuse her job, never drain the node
+                from jobns.launcher.errors import UserError
+
+                raise UserError(message)
+            raise DirectiveError(message)
         if role == "tmp" and layout != "local":
             if asked is None:
                 continue  # a site default or --tmp applies to node-local /tmp only

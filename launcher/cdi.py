@@ -194,6 +194,9 @@ def _open_dir(path: str, create: bool, check: bool = True) -> int | None:
 def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
     """Write the spec atomically; returns its path."""
     import json
+    from errno import ENOSPC
+
+    from jobns.launcher import state
 
     if not device_name_ok(job_id):
         raise JobnsError(
@@ -219,7 +222,7 @@ def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
                 dir_fd=fd,
             )
             try:
-                os.write(out, data)
+                state.write_all(out, data)  # a short write on a filling /run is no spec
                 os.fchmod(out, 0o644)
                 os.fsync(out)
             finally:
@@ -230,7 +233,8 @@ def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
                 os.unlink(tmp, dir_fd=fd)
             except OSError:
                 pass
-            raise JobnsError(f"write CDI spec {path}: {e.strerror}") from None
+            full = "; its file system is full: free space on it" if e.errno == ENOSPC else ""
+            raise JobnsError(f"write CDI spec {path}: {e.strerror}{full}") from None
     finally:
         os.close(fd)
     return path

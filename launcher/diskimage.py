@@ -181,7 +181,7 @@ def _lock_file(state_dir: str, name: str) -> int:
             pass
         dfd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        raise JobnsError(f"open lock directory {where}: {e.strerror}; fix state_dir") from None
+        raise state.state_error("open lock directory", where, e) from None
     try:
         st = os.fstat(dfd)
         if st.st_uid != 0:
@@ -191,7 +191,7 @@ def _lock_file(state_dir: str, name: str) -> int:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         return os.open(name, flags, 0o600, dir_fd=dfd)
     except OSError as e:
-        raise JobnsError(f"open lock {where}/{name}: {e.strerror}") from None
+        raise state.state_error("open lock", f"{where}/{name}", e) from None
     finally:
         os.close(dfd)
 

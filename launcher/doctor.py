@@ -515,14 +515,14 @@ def programs(config: config_mod.Config) -> list[Finding]:
 
 def slurm_commands(config: config_mod.Config, conf: str) -> list[Finding]:
     """Slurm's commands jobns runs, where root finds them (launcher.sysprog, then
-    [slurm] bin_dir first): scontrol for tmp_from_slurm (without it every job gets the
-    site default), squeue for gc on a Slurm node (without it gc judges by records)."""
+    [slurm] bin_dir first): squeue for tmp_from_slurm (without it every job gets the
+    site default) and for gc on a Slurm node (without it gc judges by records)."""
     from jobns.launcher import sysprog
 
     wanted = []
     if config.capacity.get("tmp_from_slurm") == "scontrol":
-        wanted.append(("scontrol", '[capacity] tmp_from_slurm = "scontrol"', PROBLEM))
-    if os.path.exists(conf):
+        wanted.append(("squeue", '[capacity] tmp_from_slurm = "scontrol"', PROBLEM))
+    elif os.path.exists(conf):
         wanted.append(("squeue", "jobns gc", NOTE))
     out: list[Finding] = []
     for name, user, kind in wanted:

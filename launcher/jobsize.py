@@ -8,9 +8,10 @@ _NUM_NODES, _RESERVATION, _WORK_DIR, _STD* and a few more (read from the strings
 Slurm 22.05's slurmd here, and the same in the 23-25 Prolog guide): no tmp disk, and
 the job credential does not carry it either. Two ways, for the site to choose:
 
-  tmp_from_slurm = "scontrol"   setup asks the controller (``scontrol show job -o ID``,
-                                MinTmpDiskNode): one RPC per node per job, so off by
-                                default; a failed call falls back to the site default.
+  tmp_from_slurm = "scontrol"   setup asks the controller for the job's MIN_TMP_DISK
+                                (``squeue``, see :func:`slurm_tmp`): one RPC per node per
+                                job, so off by default; a failed call or an answer it
+                                cannot read falls back to the site default, with a warning.
   a job_submit.lua rule         copies the request into the comment, which the prolog
                                 does get (README "Disk capacities"): no RPC at all.
 
@@ -21,6 +22,7 @@ the job id and %u for its uid; defaults: Slurm's cgroup v2 and v1 layouts).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -36,6 +38,17 @@ CGROUPS = (
     "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_%j/memory.max",
     "/sys/fs/cgroup/memory/slurm/uid_%u/job_%j/memory.limit_in_bytes",
 )
+# Slurm keeps --tmp as a uint32 of MiB; NO_VAL (0xfffffffe) and INFINITE are no request.
+MAX_TMP_MIB = 0xFFFFFFFD
+MAX_TMP = MAX_TMP_MIB * UNITS["M"]
+# What `squeue --noconvert -o "%A %i %d"` prints per job: the job id, its id as the user
+# names it (12_3 for an array task), its MIN_TMP_DISK (MiB with an M, "0" for none;
+# without --noconvert a release may print 1.50G). Not one of them is text a user chose.
+SQUEUE_FORMAT = "%A %i %d"
+_ROW = re.compile(r"([0-9]{1,10}) (\S+) (\S{1,40})", re.ASCII)
+_SIZE = re.compile(r"([0-9]{1,12})(?:\.([0-9]{1,2}))?([KMGTP]?)", re.ASCII)
+_JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10})?", re.ASCII)
+MAX_ANSWER = 1 << 16  # an array job's rows fit; anything longer is not squeue's answer
 
 
 def requested(config: Config, job: Job) -> dict[str, int]:
@@ -53,44 +66,83 @@ def requested(config: Config, job: Job) -> dict[str, int]:
     return out
 
 
-def parse_tmp(text: str) -> int | None:
-    """MinTmpDiskNode=N[KMGTP] (megabytes without a suffix, like --tmp) -> bytes."""
-    for word in text.split():
-        if word.startswith("MinTmpDiskNode="):
-            value = word.split("=", 1)[1]
-            unit = UNITS.get(value[-1:].upper())
-            digits = value[:-1] if unit else value
-            try:
-                n = float(digits)
-            except ValueError:
-                return None
-            return int(n * (unit or UNITS["M"])) or None
-    return None
+def tmp_bytes(value: str) -> tuple[int | None, str]:
+    """Slurm's MIN_TMP_DISK as it prints it (N[.NN][KMGTP], MiB without a unit, like
+    --tmp) -> (bytes, "") or (None, "") for no request, or (None, why) for a value that is
+    no size Slurm can hold (never an exception: no float, no inf, no nan)."""
+    m = _SIZE.fullmatch(value)
+    if m is None:
+        return None, f"MIN_TMP_DISK {value[:40]!r} is not a size"
+    whole, frac, unit = m.groups()
+    scale = UNITS[unit or "M"]
+    size = int(whole) * scale + int((frac or "0").ljust(2, "0")) * scale // 100
+    if size > MAX_TMP:
+        return None, f"MIN_TMP_DISK {value!r} is more than Slurm can hold"
+    return (size or None), ""
+
+
+def parse_squeue(text: str, job_id: str) -> tuple[int | None, str]:
+    """The --tmp of job_id from ``squeue -h --noconvert -o "%A %i %d"``: (bytes, "") or
+    (None, "") when it asked for none, or (None, why) when the answer is not what squeue
+    prints (the caller warns and uses the site default).
+
+    Why squeue and not ``scontrol show job -o``: scontrol prints JobName= (and Comment=,
+    WorkDir=, StdOut=...), text the user chose, as words of the same line as
+    MinTmpDiskNode=, so ``sbatch -J 'x MinTmpDiskNode=900G'`` forged her size. These
+    three fields are numbers and ids only, on Slurm 22.05 to 26.05 (src/squeue/print.c);
+    ``scontrol --json`` came only in 23.02 and squeue 22.05's --json ignores --jobs.
+    An array job's rows (or a heterogeneous job's) are told apart by the first two."""
+    if len(text) > MAX_ANSWER:
+        return None, f"squeue answered {len(text)} characters, more than one job's"
+    found: set[str] = set()
+    for line in text.splitlines():
+        row = _ROW.fullmatch(line.strip())
+        if row is None:
+            return None, f"squeue printed {line[:80]!r}, not JOBID ID MIN_TMP_DISK"
+        if job_id in (row[1], row[2]):
+            found.add(row[3])
+    if not found:
+        return None, "squeue does not list the job"
+    if len(found) > 1:
+        return None, f"squeue lists the job with {len(found)} different MIN_TMP_DISK"
+    return tmp_bytes(found.pop())
 
 
 def slurm_tmp(job_id: str, bin_dir: str = "") -> int | None:
-    if not job_id.isdigit() and "_" not in job_id:
-        return None
+    """The job's --tmp in bytes (None: none asked, or not learnt: then a warning)."""
+    if _JOB_ID.fullmatch(job_id) is None:
+        return None  # not a Slurm job id (a standalone job): nothing to ask
+    cmd = ["squeue", "-h", "--noconvert", "-a", "-t", "all", f"--jobs={job_id}"]
+    cmd += ["-o", SQUEUE_FORMAT]
     try:
         r = subprocess.run(
-            sysprog.argv(["scontrol", "show", "job", "-o", job_id], bin_dir),
+            sysprog.argv(cmd, bin_dir),
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=10,
             check=False,
             stdin=subprocess.DEVNULL,
-            env=sysprog.environment(keep=("SLURM_CONF",)),  # never PATH, SCONTROL_*...
+            # Never PATH, SQUEUE_FORMAT, SQUEUE_NAMES, SLURM_CLUSTERS...: the command line
+            # alone says what squeue prints, and of which job.
+            env=sysprog.environment(keep=("SLURM_CONF",)),
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        sys.stderr.write(f"jobns: warning: scontrol show job {job_id}: {e}; no --tmp size\n")
+        problem = str(e)
+    else:
+        if r.returncode == 0:
+            size, problem = parse_squeue(r.stdout, job_id)
+        else:
+            problem = _one_line(r.stderr) or f"exit {r.returncode}"
+    if problem:
+        sys.stderr.write(f"jobns: warning: squeue --jobs={job_id}: {problem}; no --tmp size\n")
         return None
-    if r.returncode != 0:
-        sys.stderr.write(
-            f"jobns: warning: scontrol show job {job_id}: "
-            f"{r.stderr.strip() or r.returncode}; no --tmp size\n"
-        )
-        return None
-    return parse_tmp(r.stdout)
+    return size
+
+
+def _one_line(text: str) -> str:
+    """Another program's message as part of one clean line of ours."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text[:400]).split())
 
 
 def memory_limit(config: Config, job: Job) -> int | None:

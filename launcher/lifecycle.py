@@ -219,8 +219,7 @@ def _warn_propagation_once(state_dir: str) -> None:
     warning = propagation_warning()
     if warning:
         warn(f"warning: {warning}")
-    with open(marker, "w"):
-        pass
+    state.touch(marker, "the once-per-boot marker")
 
 
 def _show(value: object) -> str:
@@ -510,7 +509,7 @@ def finish(
                     else ""
                 )
                 raise UserError(
-                    f"stage-out of job {job_id} failed ({len(errors)} problem(s), listed "
+                    f"stage-out of job {job_id} failed (the problems are listed "
                     f"above); the job is kept in staging-out and every output is whole in "
                     f"{where or 'the job directories'}: fix the problem and run jobns "
                     "teardown again (it resumes), or jobns teardown --hurry to discard what "

@@ -33,7 +33,9 @@ def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
     doc: dict[str, object] = {"time": time.time(), **{k: int(counts.get(k, 0)) for k in GC_FIELDS}}
     try:
         state.ensure_state_dir(state_dir)
-        state.write_atomic(f"{state_dir}/{GC_SUMMARY}", dumps(doc).encode() + b"\n")
+        state.write_atomic(
+            f"{state_dir}/{GC_SUMMARY}", dumps(doc).encode() + b"\n", what="gc summary"
+        )
     except (OSError, JobnsError):
         pass
 

@@ -50,16 +50,15 @@ UNKILLABLE_WAIT = 30.0
 NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 0x5, __u64), Linux 6.11+
 
 
-def paths(state_dir: str, job_id: str) -> tuple[str, str]:
-    """(user pin, mount pin) of a job."""
-    d = f"{state.job_dir(state_dir, job_id)}/ns"
-    return f"{d}/user", f"{d}/mnt"
+paths = state.pin_paths  # (user pin, mount pin) of a job
 
 
 def _make_pin(path: str, uid: int) -> None:
     state.private_dir(os.path.dirname(path), uid)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
-    os.close(fd)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400))
+    except OSError as e:
+        raise state.state_error("create pin", path, e) from None
 
 
 def mntns_id(path: str = "/proc/self/ns/mnt") -> int | None:
@@ -167,8 +166,10 @@ def pin(
                 pinned.user = user_pin
             _make_pin(mnt_pin, job.user.uid)
             libc.mount(f"/proc/{holder.pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
-        except OSError as e:
+        except (OSError, JobnsError) as e:
             unpin(Pins(pinned.user))  # never leave half a pin behind
+            if isinstance(e, JobnsError):
+                raise  # a pin file state_dir could not hold: the message says why
             raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}") from None
         st = os.stat(mnt_pin)
         pinned.mnt_dev, pinned.mnt_ino = st.st_dev, st.st_ino

@@ -32,7 +32,7 @@ import os
 import stat
 
 from jobns.launcher import libc
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError, describe_oserror
 
 JOBS = "jobs"
 RUN_ENV = "run.env"
@@ -40,8 +40,43 @@ STATE = "state.json"
 RUN_ENV_VERSION = "1"
 
 
+FULL = "the file system of state_dir is full: free space on it (df -h and df -i show it)"
+
+
 def job_dir(state_dir: str, job_id: str) -> str:
     return f"{state_dir}/{JOBS}/{job_id}"
+
+
+def state_error(op: str, path: str, err: OSError) -> JobnsError:
+    """A failure to write under state_dir: the node's fault (exit 125), said plainly; a
+    full file system (blocks or inodes, or a quota) is named as such with its fix."""
+    message = describe_oserror(op, path, err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        message += f"; {FULL}"
+    return JobnsError(message)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until all of data is written: on a file system that fills up, write(2)
+    returns a short count first and ENOSPC only on the next call."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def touch(path: str, what: str) -> None:
+    """Create an empty root-only file (a marker) under state_dir, or say why not."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except OSError as e:
+        raise state_error(f"create {what}", path, e) from None
 
 
 def _mountpoints() -> set[str]:
@@ -61,7 +96,7 @@ def ensure_state_dir(state_dir: str) -> None:
     try:
         os.makedirs(f"{state_dir}/{JOBS}", mode=0o711, exist_ok=True)
     except OSError as e:
-        raise JobnsError(f"create state directory {state_dir}: {e.strerror}") from None
+        raise state_error("create state directory", state_dir, e) from None
     for path in (state_dir, f"{state_dir}/{JOBS}"):
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
@@ -90,7 +125,14 @@ class JobLock:
 
     def __enter__(self) -> JobLock:
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fd = os.open(
+                    self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                    raise  # no state directory yet: the caller knows what that means
+                raise state_error("create job lock", self.path, e) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))
             except BlockingIOError:
@@ -142,18 +184,24 @@ def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> 
     try:
         os.setxattr(fd, "system.posix_acl_access", data)
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # an ACL can need a block of its own
+            raise state_error(f"give uid {uid} access to", path, e) from None
         raise JobnsError(
             f"give uid {uid} access to {path}: {e.strerror}; state_dir must be "
             "on a file system with POSIX ACLs (tmpfs, ext4, xfs)"
         ) from None
 
 
-def private_dir(path: str, uid: int | None) -> None:
-    """mkdir-or-check a root-only directory the job user (uid) may only search."""
+def private_dir(path: str, uid: int | None) -> bool:
+    """mkdir-or-check a root-only directory the job user (uid) may only search; True if
+    this call made it."""
     try:
         os.mkdir(path, 0o700)
+        made = True
     except FileExistsError:
-        pass
+        made = False
+    except OSError as e:
+        raise state_error("create directory", path, e) from None
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -162,19 +210,34 @@ def private_dir(path: str, uid: int | None) -> None:
         grant(fd, path, 7, uid, 1)
     finally:
         os.close(fd)
+    return made
 
 
-def write_atomic(path: str, data: bytes, reader: int | None = None) -> None:
-    """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it."""
+def write_atomic(path: str, data: bytes, reader: int | None = None, what: str = "") -> None:
+    """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it.
+    Whatever fails, the temporary file is gone again (a full state_dir gets no litter)
+    and the error names the file; `what` says what it is (e.g. "job record")."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    op = f"write {what}".rstrip()
     try:
-        os.write(fd, data)
-        grant(fd, path, 6, reader, 4)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+    except OSError as e:
+        raise state_error(op, path, e) from None
+    try:
+        try:
+            write_all(fd, data)
+            grant(fd, path, 6, reader, 4)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException as e:
+        _unlink_quietly(tmp)
+        if isinstance(e, OSError):
+            raise state_error(op, path, e) from None
+        raise
 
 
 def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
@@ -211,8 +274,16 @@ def write_record(state_dir: str, job_id: str, doc: dict[str, object], uid: int |
     if problem is not None:  # a bug in jobns, not bad input: say so loudly
         raise JobnsError(f"internal error: job state for {job_id} violates its schema: {problem}")
     d = job_dir(state_dir, job_id)
-    private_dir(d, uid)
-    write_atomic(f"{d}/{STATE}", dumps(doc).encode() + b"\n", uid)
+    made = private_dir(d, uid)
+    try:
+        write_atomic(f"{d}/{STATE}", dumps(doc).encode() + b"\n", uid, "job record")
+    except BaseException:
+        if made:  # the job's first record: leave no empty directory behind either
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        raise
 
 
 MAX_REASON = 2000
@@ -257,7 +328,7 @@ def write_run_env(state_dir: str, job_id: str, values: dict[str, str], uid: int 
         if "\n" in k or "=" in k or "\n" in v:
             raise JobnsError(f"internal error: run.env value {k!r} has a newline or '='")
     body = "".join(f"{k}={v}\n" for k, v in {"version": RUN_ENV_VERSION, **values}.items())
-    write_atomic(f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode(), uid)
+    write_atomic(f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode(), uid, "join record")
 
 
 def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
@@ -267,6 +338,15 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if os.path.exists(f"{job_dir(state_dir, job_id)}/{STATE}"):
+                # Recorded, but never opened (run.env is written right after the first
+                # record): a setup under way, or one that failed (a full state_dir). Not
+                # a job nobody set up: no task may make trees of its own for it.
+                raise JobnsError(
+                    f"join job {job_id}: it is recorded on this node but was never "
+                    f"opened to tasks ({path} is missing): its setup is under way or "
+                    "failed (see the prolog log)"
+                ) from None
             return None
         if e.errno == errno.EACCES:
             raise JobnsError(
@@ -311,8 +391,23 @@ def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
     return values
 
 
+def pin_paths(state_dir: str, job_id: str) -> tuple[str, str]:
+    """(user pin, mount pin) of a job (launcher.pins makes them)."""
+    d = f"{job_dir(state_dir, job_id)}/ns"
+    return f"{d}/user", f"{d}/mnt"
+
+
 def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
     from jobns.launcher import removal
+
+    # Pins the record may not name: a setup that could not record them (a full
+    # state_dir) or was killed between pinning and recording. No task ever joined such a
+    # job (run.env was not open yet), and the directory holds only root's own pins.
+    for path in pin_paths(state_dir, job_id) * 3:  # a retried pre-run may stack them
+        try:
+            libc.umount2(path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
+        except OSError:
+            pass  # not mounted (the usual case): removal below says if anything is left
 
     base = os.open(f"{state_dir}/{JOBS}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -45,11 +45,79 @@ from jobns.launcher.fastimport import set_pdeathsig
 PART = ".jobns-part-"
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
 TOOL_OUTPUT_TAIL = 2000
+# A step's errors (and, apart, its warnings) end up in the epilog's output, the syslog
+# and the job's record in state_dir (/run: memory). Their number, their length and the
+# number of files are the user's to choose (a name is 255 bytes, a path has no limit in
+# a walk by fds): only the first lines are kept, each cut to one line of MAX_LINE
+# characters, all together at most MAX_TOTAL, and one more line says how many were not.
+MAX_LINES = 50
+MAX_LINE = TOOL_OUTPUT_TAIL + 500  # a movetool's output tail and what it failed on
+MAX_TOTAL = 20000
+MAX_REPORT = 1 << 20  # bytes of a worker's report root reads (it is the job user's)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
+    from typing import Self
 
 Result = dict[str, object]
+
+
+def printable(text: str) -> str:
+    """text with every character a terminal or a log would act on written as an escape
+    (a file name may hold a newline, ESC, or bytes that are no UTF-8)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def clip(line: str) -> str:
+    """One printable line of at most MAX_LINE characters: its start (the operation and
+    the path) and its end (the reason and the fix), the middle cut out."""
+    if len(line) <= MAX_LINE:
+        text = printable(line)
+        if len(text) <= MAX_LINE:
+            return text
+    half = (MAX_LINE - 40) // 2
+    cut = f"[{len(line) - 2 * half} characters cut]" if len(line) > 2 * half else "[...]"
+    return f"{printable(line[:half])[:half]} {cut} {printable(line[-half:])[-half:]}"
+
+
+class Lines(list[str]):
+    """Errors or warnings, bounded as they are collected (see MAX_LINES): the first ones
+    kept in order, and how many more there were."""
+
+    __slots__ = ("dropped", "size")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+        self.size = 0
+
+    def append(self, line: object) -> None:
+        if self.dropped == 0 and len(self) < MAX_LINES:
+            text = clip(str(line))
+            if self.size + len(text) <= MAX_TOTAL:
+                super().append(text)
+                self.size += len(text)
+                return
+        self.dropped += 1
+
+    def extend(self, lines: Iterable[object]) -> None:
+        for line in lines:
+            self.append(line)
+
+    def __iadd__(self, lines: Iterable[object]) -> Self:  # type: ignore[override,misc]
+        self.extend(lines)
+        return self
+
+    def listed(self, what: str) -> list[str]:
+        """The kept lines, and one saying how many were dropped."""
+        if not self.dropped:
+            return list(self)
+        return [
+            *self,
+            f"... and {self.dropped} more {what} not listed (only the first {len(self)} are kept)",
+        ]
 
 
 def part_name(name: str) -> str:
@@ -106,13 +174,19 @@ class Transfer:
         self.phase = phase
         self.movetool = movetool
         self.timeout = timeout
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
+        self.errors = Lines()
+        self.warnings = Lines()
         self.committed = 0
         self._pause = os.environ.get(PAUSE_VAR, "")
 
     def result(self) -> Result:
-        return {"errors": self.errors, "warnings": self.warnings, "committed": self.committed}
+        return {
+            "errors": list(self.errors),
+            "errors_dropped": self.errors.dropped,
+            "warnings": list(self.warnings),
+            "warnings_dropped": self.warnings.dropped,
+            "committed": self.committed,
+        }
 
     def _commit(self) -> None:
         self.committed += 1
@@ -707,16 +781,26 @@ def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[],
     child = spawn(worker, keep=(w,))
     os.close(w)
     chunks = []
+    size = 0
     try:
-        while True:
+        while size <= MAX_REPORT:  # past it, closing the pipe ends the worker's writes
             chunk = os.read(r, 1 << 16)
             if not chunk:
                 break
             chunks.append(chunk)
+            size += len(chunk)
     finally:
         os.close(r)
         failure = child.report()
         status = child.wait()
+    if size > MAX_REPORT:
+        return {
+            "errors": [
+                f"{what}: the worker (job user {uid}) reported more than {MAX_REPORT} "
+                "bytes; not read"
+            ],
+            "warnings": [],
+        }
     if os.WIFSIGNALED(status):
         return {
             "errors": [
@@ -733,7 +817,7 @@ def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[],
         result = json.loads(b"".join(chunks))
         assert isinstance(result, dict)
         return result
-    except (ValueError, AssertionError):
+    except (ValueError, AssertionError, RecursionError):
         return {
             "errors": [
                 f"{what}: the worker (job user {uid}) died without a report (status {status:#x})"
@@ -743,13 +827,23 @@ def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[],
 
 
 def errors_of(result: Result) -> list[str]:
-    errors = result.get("errors")
-    return [str(e) for e in errors] if isinstance(errors, list) else []
+    """A worker's errors, bounded again (its report is the job user's process's)."""
+    return _lines_of(result, "errors")
 
 
 def warnings_of(result: Result) -> list[str]:
-    warns = result.get("warnings")
-    return [str(w) for w in warns] if isinstance(warns, list) else []
+    return _lines_of(result, "warnings")
+
+
+def _lines_of(result: Result, key: str) -> list[str]:
+    lines = Lines()
+    items = result.get(key)
+    if isinstance(items, list):
+        lines += items
+    dropped = result.get(f"{key}_dropped")
+    if type(dropped) is int and dropped > 0:
+        lines.dropped += min(dropped, 1 << 40)
+    return lines.listed(key)
 
 
 def split_movetool(movetool: str) -> list[str] | None:

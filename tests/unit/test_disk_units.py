@@ -10,7 +10,7 @@ import pytest
 from jobns.launcher import capacity, config, diskimage, jobsize, loop, metrics
 from jobns.launcher.config import Config, parse
 from jobns.launcher.directives import DirectiveError, parse_script
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.errors import JobnsError, UserError
 
 MI = 1024**2
 
@@ -22,17 +22,46 @@ def cfg(text: str) -> Config:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("JobId=7 MinTmpDiskNode=0 Features=(null)", None),
-        ("JobId=7 MinTmpDiskNode=500 Features=(null)", 500 * MI),  # MB without a suffix
-        ("JobId=7 MinTmpDiskNode=500M", 500 * MI),
-        ("JobId=7 MinTmpDiskNode=2G", 2 * 1024 * MI),
-        ("JobId=7 MinTmpDiskNode=1.5T", int(1.5 * 1024**4)),
-        ("JobId=7 MinTmpDiskNode=x", None),
-        ("JobId=7", None),
+        ("7 7 0\n", None),
+        ("7 7 500\n", 500 * MI),  # MiB without a unit, as --tmp
+        ("7 7 500M\n", 500 * MI),
+        ("7 7 2G\n", 2 * 1024 * MI),
+        ("7 7 1.50G\n", 1536 * MI),  # squeue without --noconvert
+        ("7 7 1.5T\n", int(1.5 * 1024**4)),
+        ("8 6_1 9M\n7 6_2 3M\n6 6_[3-5] 5M\n", 3 * MI),  # an array: the row of job 7
+        ("7 7 4294967293M\n", 4294967293 * MI),  # the largest Slurm holds
     ],
 )
-def test_parse_tmp(text: str, expected: int | None) -> None:
-    assert jobsize.parse_tmp(text) == expected
+def test_parse_squeue(text: str, expected: int | None) -> None:
+    assert jobsize.parse_squeue(text, "7") == (expected, "")
+
+
+def test_parse_squeue_by_the_array_task_id() -> None:
+    assert jobsize.parse_squeue("9 6_2 3M\n", "6_2") == (3 * MI, "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "8 8 5M\n",  # another job
+        "7 7 x\n",
+        "7 7 inf\n",
+        "7 7 nan\n",
+        "7 7 1e30\n",
+        "7 7 -1\n",
+        "7 7 4294967294M\n",  # NO_VAL
+        "7 7 5P\n",
+        "7 7 \u0663M\n",
+        "7 7 5M\n7 7 6M\n",  # two answers for one job
+        "JobId=7 JobName=x MinTmpDiskNode=5M\n",  # scontrol's format: never read
+        "7 7 5M extra\n",
+        "7 7 5M\n" * 20000,
+    ],
+)
+def test_parse_squeue_refuses_what_squeue_does_not_print(text: str) -> None:
+    size, problem = jobsize.parse_squeue(text, "7")
+    assert size is None and problem and problem.isprintable()
 
 
 def test_loop_config_is_the_kernel_struct() -> None:
@@ -171,3 +200,16 @@ def test_stale_device_line_and_metrics() -> None:
     assert "jobns_stale_disk_capacities 2\n" in text
     assert f"jobns_stale_disk_capacity_bytes {128 * MI}\n" in text
     assert metrics.stale_disk_text([]).count(" 0\n") == 2
+
+
+def test_a_tmp_request_from_slurm_over_tmp_max_is_the_users_error() -> None:
+    """sbatch --tmp over the site's cap refuses her job (UserError); a prolog that
+    exited 125 for it drained the node (issue 20)."""
+    c = cfg('[capacity]\ntmp_max = "100MiB"\n')
+    with pytest.raises(UserError, match="the job's --tmp request"):
+        capacity.plan(c, None, "local", scheduler={"tmp": 1 << 30})
+    # the site's own default over its cap stays the site's fault
+    bad = cfg('[capacity]\ntmp_max = "100MiB"\ntmp_default = "1GiB"\n')
+    with pytest.raises(DirectiveError) as e:
+        capacity.plan(bad, None, "local")
+    assert not isinstance(e.value, UserError)

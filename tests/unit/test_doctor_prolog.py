@@ -144,6 +144,8 @@ def test_slurms_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     text = '[capacity]\ntmp_from_slurm = "scontrol"\n'
     monkeypatch.setattr(sysprog, "DIRS", ("/nonexistent",))
     found = doctor.slurm_commands(cfg(text), str(conf))
-    assert kinds(found) == ["problem", "note"], found
-    assert "scontrol: not found in /nonexistent" in found[0][1]
-    assert "set [slurm] bin_dir" in found[0][1] and "jobns gc needs squeue" in found[1][1]
+    assert kinds(found) == ["problem"], found  # tmp_from_slurm asks squeue (gc does too)
+    assert "squeue: not found in /nonexistent" in found[0][1]
+    assert "set [slurm] bin_dir" in found[0][1] and "tmp_from_slurm" in found[0][1]
+    found = doctor.slurm_commands(cfg(""), str(conf))
+    assert kinds(found) == ["note"] and "jobns gc needs squeue" in found[0][1], found
