@@ -93,7 +93,7 @@ class Peer:
 ROWS = {
     "private": "private `/tmp`, `/var/tmp`, `/dev/shm` (a step's files are not on the node)",
     "inside": "the batch script and every step (`srun`, `srun --pty`) in the job's namespace",
-    "concurrent": "a concurrent job (alice's too) sees nothing of another",
+    "concurrent": "a concurrent job of the same user sees nothing of another",
     "leftovers": "nothing left on the node after the job (ended; cancelled)",
     "mount": "the user cannot mount in the job's namespace",
     "tmp-size": "`/tmp` sized per job (its `--tmp`: 64M, then 96M)",
@@ -120,6 +120,16 @@ def write_table() -> None:
     for row, title in ROWS.items():
         cells = RESULTS.get(row, {})
         lines.append(f"| {title} | " + " | ".join(cells.get(c, "-") for c in columns) + " |")
+    lines += ["", "Configured (containers/peers.py; tests/e2e/test_rig_peers.py):"]
+    for suite, mode in MODES:
+        what = [f"`{k}={v}`" for k, v in mode.conf.items()]
+        what += [f"{path}: `{' '.join(text.split())}`" for path, text in mode.files.items()]
+        if mode.jobns:
+            what.append("Prolog/Epilog `jobns setup`/`jobns teardown` (ci/slurm)")
+            what.append(f"jobns.toml: `{' '.join(JOBNS_TOML.split()[6:])}`")
+        if mode.enforce:
+            what.append("the jobns SPANK plugin (`required`), `[slurm] enforce = true`")
+        lines.append(f"- {images.release(suite).slurm} {mode.title}: {'; '.join(what)}")
     TABLE.write_text("\n".join(lines) + "\n")
 
 
