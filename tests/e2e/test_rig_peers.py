@@ -32,6 +32,7 @@ from containers.peers import EXTRA, PEER_BASE, Mode
 from containers.rig import Node, Rig
 from containers.slurm import FINAL, WORK, SlurmCluster
 from tests.e2e.conftest import rig_releases
+from tests.e2e.test_rig_slurm import mountpoints
 
 pytestmark = pytest.mark.docker
 
@@ -165,15 +166,6 @@ def peer(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Peer]:
         cluster.start()
         node = rig.node(NODE)
         yield Peer(rel, mode, cluster, node, mountpoints(node))
-
-
-def mountpoints(node: Node) -> dict[str, str]:
-    text = node.exec(["cat", "/proc/self/mountinfo"]).check("read mountinfo").stdout
-    found = {}
-    for line in text.splitlines():
-        fields, _, rest = line.partition(" - ")
-        found[fields.split()[4]] = rest.split()[0]
-    return found
 
 
 # ----------------------------------------------------------------------------- jobs
