@@ -76,6 +76,7 @@ def render_conf(
     *,
     cpus: int = 1,
     memory_mb: int = 500,
+    tmp_disk_mb: int = 0,
     kill_wait: int = 2,
     cluster: str = "rig",
     extra: Mapping[str, str] | None = None,
@@ -84,6 +85,8 @@ def render_conf(
 
     CPUs and RealMemory are deliberately below what a container sees: a node that
     reports less than slurm.conf says is drained ("Low socket*core*thread count").
+    TmpDisk (MB, of the node's /tmp) lets jobs ask for `--tmp`; Slurm refuses a job whose
+    --tmp is larger than any node's.
     """
     if not computes:
         raise RigError("render slurm.conf: no compute nodes")
@@ -111,8 +114,9 @@ def render_conf(
         **(extra or {}),
     }
     lines = [f"{k}={v}" for k, v in settings.items()]
+    tmp = f" TmpDisk={tmp_disk_mb}" if tmp_disk_mb else ""
     lines += [
-        f"NodeName={h} NodeHostname={h} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
+        f"NodeName={h} NodeHostname={h} CPUs={cpus} RealMemory={memory_mb}{tmp} State=UNKNOWN"
         for h in computes
     ]
     lines.append(
@@ -132,6 +136,8 @@ class SlurmCluster:
         enforce: bool = False,
         extra: Mapping[str, str] | None = None,
         files: Mapping[str, str | bytes] | None = None,
+        cpus: int = 1,
+        tmp_disk_mb: int = 0,
     ) -> None:
         if enforce and not jobns:
             raise RigError("SlurmCluster: enforce=True needs jobns=True")
@@ -148,6 +154,8 @@ class SlurmCluster:
                 **(ENFORCE_CONF if enforce else {}),
                 **(extra or {}),
             },
+            cpus=cpus,
+            tmp_disk_mb=tmp_disk_mb,
         )
         self.files = dict(files or {})
         self.configured = False
@@ -155,7 +163,8 @@ class SlurmCluster:
 
     @property
     def members(self) -> list[Node]:
-        return [self.controller, *self.computes]
+        """Every node once (the controller may be a compute node too)."""
+        return [self.controller, *(n for n in self.computes if n is not self.controller)]
 
     def configure(self) -> None:
         """Everything start() does before the Slurm daemons: slurm.conf, `files`, munged,
@@ -280,16 +289,22 @@ class SlurmCluster:
         return job_id
 
     def job_state(self, job_id: str) -> tuple[str, str]:
-        """(JobState, ExitCode) as scontrol says (kept MinJobAge=300 s after the end)."""
-        r = self.controller.exec(["scontrol", "-o", "show", "job", job_id], timeout=10)
-        state = re.search(r"\bJobState=(\S+)", r.stdout)
-        code = re.search(r"\bExitCode=(\S+)", r.stdout)
-        if r.exit_code != 0 or state is None:
-            raise RigError(
-                f"scontrol show job {job_id}: exit {r.exit_code}: "
-                f"{r.stderr.strip() or r.stdout.strip()}"
-            )
-        return state.group(1), code.group(1) if code else "?"
+        """(JobState, ExitCode) as scontrol says (kept MinJobAge=300 s after the end).
+
+        Asked up to 3 times: on a loaded machine an exec has come back with exit 0 and
+        no output at all (seen once in a run of tests/e2e/test_rig_peers.py).
+        """
+        for _ in range(3):
+            r = self.controller.exec(["scontrol", "-o", "show", "job", job_id], timeout=10)
+            state = re.search(r"\bJobState=(\S+)", r.stdout)
+            code = re.search(r"\bExitCode=(\S+)", r.stdout)
+            if r.exit_code == 0 and state is not None:
+                return state.group(1), code.group(1) if code else "?"
+            time.sleep(0.5)
+        raise RigError(
+            f"scontrol show job {job_id}: exit {r.exit_code}: "
+            f"{r.stderr.strip() or r.stdout.strip()}"
+        )
 
     def wait_done(self, job_id: str, timeout: float = 120) -> tuple[str, str]:
         """Until the job is in a final state; its (JobState, ExitCode).
