@@ -6,8 +6,9 @@ For each release of RELEASES (Debian bookworm: Slurm 22.05, Python 3.11; trixie:
 of its inputs>`:
   jobns-rig-base  debootstrap'd Debian (minbase + Slurm, munge, python3 and jobns's
                   runtime dependencies as Debian packages, ci/build-deb's build
-                  dependencies, ...), imported with `docker import`.   inputs: release,
-                  variant, package list, mirror, architecture, RECIPE
+                  dependencies, sshd and pam_slurm_adopt, ...), imported with
+                  `docker import`.        inputs: release, variant, package list,
+                  mirror, architecture, RECIPE
   jobns-rig-debs  + jobns_*.deb and jobns-slurm_*.deb in DEB_DIR, built by ci/build-deb
                   (dpkg-buildpackage) against this release's python3 and libslurm-dev.
                   inputs: Dockerfile + the checkout's files but tests/ and containers/
@@ -102,6 +103,12 @@ PACKAGES = (
     "e2fsprogs",  # disk capacities: loop devices, mkfs.ext4
     "runc",
     "busybox-static",  # srun --container: rootless runc and a busybox bundle
+    # ssh into a job's node (tests/e2e/test_ssh.py): sshd, the client (forky's sshd no
+    # longer depends on it), and Slurm's PAM module that adopts a login into the user's
+    # job (the release's own build; the names are the same in each release)
+    "openssh-server",
+    "openssh-client",
+    "libpam-slurm-adopt",
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the build *procedure* changes in a way the inputs above do not show.

@@ -1,10 +1,12 @@
 """A node installed from the Debian packages and reached by ssh, as a site runs it.
 
-Two rig containers from the jobns-rig-base image (bookworm + Slurm 22.05): `ctl` (the
-controller, where users submit and ssh from) and `node1` (the compute node). Both get
-`apt-get install ./jobns_*.deb ./jobns-slurm_*.deb openssh-server libpam-slurm-adopt`
-from a local repository (containers/debs.py: no network), and are configured as README
-"Enforced by Slurm" says for a packaged install:
+Two rig containers from the node image of one Slurm release (containers/images.py:
+bookworm 22.05, trixie 24.11 or forky 26.05; the default is bookworm): `ctl` (the
+controller, where users submit and ssh from) and `node1` (the compute node). The image
+has everything installed already, cached by content: the release's openssh-server and
+libpam-slurm-adopt in its base, the project's jobns and jobns-slurm .debs built for that
+release. Nothing is installed at test time; node1 is configured as README "Enforced by
+Slurm" says for a packaged install (containers/slurm.py, jobns=True, enforce=True):
   - /etc/jobns/jobns.toml: [slurm] enforce = true (node1);
   - /etc/slurm/plugstack.conf.d/jobns.conf: the shipped line uncommented (both);
   - slurm.conf: Prolog=/etc/jobns/slurm/prolog, Epilog=/etc/jobns/slurm/epilog,
@@ -15,8 +17,12 @@ from a local repository (containers/debs.py: no network), and are configured as 
     CAP_AUDIT_CONTROL: that is the container's limit, not the site's);
   - sshd on node1 port 2222 (NET_BIND_SERVICE is not in the rig's capability set), key
     authentication only, AcceptEnv also SLURM_JOB_ID (the worst a site could allow).
-Users alice, bob (ordinary) and carol (in group jobnsadmin, pam_jobns's admin_group) log
-in with keys made on ctl.
+The same configuration works on all three releases (openssh 9.2, 10.0, 10.6; Debian's
+sshd_config has UsePAM yes in each; pam_slurm_adopt needs no cgroup plugin for this:
+proctrack/linuxproc and task/none, as in every rig cluster).
+Users alice, bob (ordinary, in the image) and carol (in group jobnsadmin, pam_jobns's
+admin_group, added here) log in with keys made on ctl. `packages()` builds the .debs on
+this host for tests/e2e/test_packages.py.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ from containers.errors import RigError
 from containers.rig import ExecResult, Node, Rig
 from containers.slurm import SlurmCluster
 
-EXTRA = ("openssh-server", "libpam-slurm-adopt")
-USERS = (("alice", 1001), ("bob", 1002), ("carol", 1003))
+USERS = ("alice", "bob", "carol")
+ADMIN = ("carol", 1003)  # not in the image: the one user only these tests need
 ADMIN_GROUP = "jobnsadmin"
 PORT = 2222
 PAM_ARGS = f"admin_group={ADMIN_GROUP}"
@@ -62,33 +68,22 @@ STATE = "/run/jobns/jobs"
 
 @functools.cache
 def packages(client: Any) -> tuple[str, list[Path], Path]:
-    """(base image, [jobns .deb, jobns-slurm .deb], dependency repository), built once
-    per test session."""
+    """(bookworm base image, [jobns .deb, jobns-slurm .deb] built on this host, their
+    dependency repository), built once per test session (tests/e2e/test_packages.py)."""
     base, _ = images.build_base(client, images.host_mirror(), False, lambda _m: None)
     out = Path(tempfile.mkdtemp(prefix="jobns-debs-"))
     built = debs_mod.build(out)
-    repo = debs_mod.dependency_repo(
-        client, base, out / "repo", packages=[*(str(d) for d in built), *EXTRA]
-    )
+    repo = debs_mod.dependency_repo(client, base, out / "repo", packages=[str(d) for d in built])
     return base, built, repo
 
 
-def prepare(node: Node, built: list[Path], repo: Path) -> None:
-    """Install the packages as a site does, and what the base image lacks for Slurm."""
-    # Rig writes a jobns.toml of its own: the package brings its commented one
-    node.exec(["rm", "-f", "/etc/jobns/jobns.toml"]).check("remove the rig's jobns.toml")
-    debs_mod.install(node, built, repo, extra=EXTRA)
-    users = " && ".join(
-        f"useradd --create-home --user-group --uid {uid} --shell /bin/sh {name}"
-        for name, uid in USERS
-    )
+def add_admin(node: Node) -> None:
+    """carol, in pam_jobns's admin_group (alice and bob are the image's)."""
+    name, uid = ADMIN
     node.sh(
-        f"{users} && groupadd {ADMIN_GROUP} && usermod -aG {ADMIN_GROUP} carol"
-        " && mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge"
-        " && chown -R munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge"
-        # the shipped plugstack line, enabled as the comment in it says
-        " && sed -i 's|^#required |required |' /etc/slurm/plugstack.conf.d/jobns.conf"
-    ).check(f"prepare {node.hostname}")
+        f"useradd --create-home --user-group --uid {uid} --shell /bin/sh {name}"
+        f" && groupadd {ADMIN_GROUP} && usermod -aG {ADMIN_GROUP} {name}"
+    ).check(f"add {name} on {node.hostname}")
 
 
 PAM_EDIT = r"""
@@ -98,6 +93,11 @@ sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.
 sed -i "/^@include common-account/a account required pam_slurm_adopt.so\n\
 account required pam_jobns.so ARGS" $f
 printf 'session required pam_jobns.so ARGS\n' >> $f
+# each edit took (a release whose file differs fails here, not in a login)
+grep -q '^account required pam_slurm_adopt.so' $f
+! grep -q '^session\s\+required\s\+pam_loginuid.so' $f
+grep -q '^UsePAM yes' /etc/ssh/sshd_config
+ssh-keygen -A  # host keys: made by openssh-server's postinst in the image, else now
 mkdir -p /run/sshd
 /usr/sbin/sshd -p PORT -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \
     -o "AcceptEnv=LANG LC_* SLURM_JOB_ID"
@@ -172,48 +172,38 @@ class SshCluster:
 
 
 @contextmanager
-def ssh_cluster(client: Any) -> Iterator[SshCluster]:
-    base, built, repo = packages(client)
-    with Rig(base, hostnames=["ctl", "node1"], client=client) as rig:
+def ssh_cluster(client: Any, image: str | None = None) -> Iterator[SshCluster]:
+    """ctl + node1 of `image` (a node image of containers/images.py; default: bookworm's)
+    with Slurm up, jobns enforced and sshd on node1."""
+    image = image or images.build(client).node
+    with Rig(image, hostnames=["ctl", "node1"], client=client) as rig:
+        ctl, node = rig.node("ctl"), rig.node("node1")
         for n in rig.nodes:
-            prepare(n, built, repo)
-        keys = []
-        for name, _ in USERS:
-            rig.node("ctl").exec(
-                [
-                    "ssh-keygen",
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-f",
-                    f"/home/{name}/.ssh/id_ed25519",
-                ],
-                user=name,
-            ).check(f"ssh key of {name}")
-            pub = rig.node("ctl").exec(["cat", f"/home/{name}/.ssh/id_ed25519.pub"]).stdout
-            keys.append((name, pub))
-        node = rig.node("node1")
-        for name, pub in keys:
+            add_admin(n)
+        for name in USERS:
+            key = f"/home/{name}/.ssh/id_ed25519"
+            ctl.exec(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], user=name).check(
+                f"ssh key of {name}"
+            )
+            pub = ctl.exec(["cat", f"{key}.pub"]).check(f"{name}'s public key").stdout
             node.put_file(f"/home/{name}/.ssh/authorized_keys", pub, mode=0o600)
             node.exec(["chown", "-R", f"{name}:{name}", f"/home/{name}/.ssh"]).check("chown")
-        node.put_file("/root/.ssh/authorized_keys", keys[0][1], mode=0o600)  # alice's key
-        node.put_file("/etc/jobns/jobns.toml", "[slurm]\nenforce = true\n")
+            if name == "alice":  # the key root's login is tried with
+                node.put_file("/root/.ssh/authorized_keys", pub, mode=0o600)
+        # node1's jobns.toml: `[slurm] enforce = true` (SlurmCluster) and nothing of the
+        # rig's (its shared_base): a site's node with only what README asks for
+        node.put_file("/etc/jobns/jobns.toml", "")
         slurm = SlurmCluster(
             rig,
             "ctl",
             ["node1"],
-            extra={
-                "Prolog": "/etc/jobns/slurm/prolog",
-                "Epilog": "/etc/jobns/slurm/epilog",
-                "PrologFlags": "Contain",
-            },
+            jobns=True,
+            enforce=True,
+            cpus=2,
+            extra={"PrologFlags": "Contain"},
         )
-        # several users' jobs at once on the one node (render_conf gives it 1 CPU)
-        slurm.conf = slurm.conf.replace(" CPUs=1 ", " CPUs=2 ").replace(
-            " State=UP", " OverSubscribe=FORCE:4 State=UP"
-        )
+        # several users' jobs at once on the one node
+        slurm.conf = slurm.conf.replace(" State=UP", " OverSubscribe=FORCE:4 State=UP")
         slurm.start()
         script = PAM_EDIT.replace("ARGS", PAM_ARGS).replace("PORT", str(PORT))
         node.sh(script).check("configure and start sshd on node1")

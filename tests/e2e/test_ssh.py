@@ -1,9 +1,10 @@
 """ssh into a node where jobns is enforced (issue 22): pam_slurm_adopt adopts the login
-into the user's job, pam_jobns puts it in the job's namespace. A node installed from the
-Debian packages and configured as a site would (tests/e2e/sshnode.py): real sshd, real
-Slurm 22.05 with PrologFlags=Contain, the jobns SPANK plugin, users logging in with keys.
-The attacks (a forged SLURM_JOB_ID, a namespace its user owns) are in
-tests/security/test_pam_attacks.py.
+into the user's job, pam_jobns puts it in the job's namespace. On each Slurm release the
+rig tests (the `release` fixture: bookworm 22.05, trixie 24.11, forky 26.05;
+JOBNS_RIG_RELEASES picks fewer), a node of that release's image, configured as a site
+would (tests/e2e/sshnode.py): real sshd, real Slurm with PrologFlags=Contain, the jobns
+SPANK plugin, users logging in with keys. The attacks (a forged SLURM_JOB_ID, a namespace
+its user owns) are in tests/security/test_pam_attacks.py.
 """
 
 from __future__ import annotations
@@ -15,15 +16,25 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.sshnode import SshCluster, ssh_cluster
+from containers.images import Release
+from tests.e2e.sshnode import STATE, SshCluster, ssh_cluster
+from tests.e2e.test_rig_slurm import mountpoints
 
 pytestmark = pytest.mark.docker
+STATE_DIR = "/run/jobns"  # jobns makes it a private bind mount of itself, for good
+# Who logs in where a test needs pam_slurm_adopt to adopt into one given job: a user with
+# no other job on node1 then (alice's alice_job runs through the module). Among several
+# jobs of one user it picks by its own rules, which differ by release: with no cgroup
+# plugin (the rig's) 22.05 and 24.11 took the newest job, 26.05 the oldest (seen here).
+LONE = "bob"
 
 
 @pytest.fixture(scope="module")
-def cluster(docker_client: Any) -> Iterator[SshCluster]:
-    with ssh_cluster(docker_client) as c:
+def cluster(docker_client: Any, release_image: str) -> Iterator[SshCluster]:
+    with ssh_cluster(docker_client, release_image) as c:
+        before = mountpoints(c.node)
         yield c
+        assert leftovers(c, before) == [], "on node1 after every job of the module ended"
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +42,22 @@ def alice_job(cluster: SshCluster) -> Iterator[str]:
     job = cluster.allocate("alice")
     yield job
     cluster.end(job)
+
+
+def leftovers(cluster: SshCluster, before: dict[str, str]) -> list[str]:
+    """What a job may leave on node1 that must be gone once no job runs there: its trees,
+    its state, a mount (a namespace pin, a tmpfs of its), a process of a job's user."""
+    r = cluster.host(
+        f"ls -d /tmp/job-* /var/tmp/job-* /dev/shm/job-* {STATE}/* 2>/dev/null; "
+        "pgrep -a -u alice,bob,carol; true"
+    )
+    found = r.stdout.split("\n")
+    found += [
+        f"mount {point} ({fstype})"
+        for point, fstype in mountpoints(cluster.node).items()
+        if fstype == "nsfs" or (point not in before and point != STATE_DIR)
+    ]
+    return [line for line in found if line.strip()]
 
 
 def mnt_ns(result_stdout: str) -> str:
@@ -41,6 +68,14 @@ def mnt_ns(result_stdout: str) -> str:
 
 def env_of(stdout: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+
+def test_the_node_runs_the_releases_slurm_and_pam_slurm_adopt(
+    cluster: SshCluster, release: Release
+) -> None:
+    assert cluster.slurm.version().startswith(release.slurm + "."), cluster.slurm.version()
+    r = cluster.host("dpkg-query -W -f '${Version} ' libpam-slurm-adopt; pgrep -x sshd")
+    assert r.exit_code == 0 and r.stdout.startswith(release.slurm + "."), r
 
 
 def test_an_ssh_session_lands_in_the_jobs_namespace_with_its_environment(
@@ -81,10 +116,33 @@ def test_a_user_with_no_job_on_the_node_is_refused(cluster: SshCluster) -> None:
     assert "you have no active jobs on this node" in r.stderr, r
 
 
-def test_a_job_refused_by_setup_refuses_the_login_with_one_line(cluster: SshCluster) -> None:
-    job = cluster.allocate("alice", "--comment=jobns: shm capacity=2gib")  # a bad size
+def test_another_users_job_stays_invisible(cluster: SshCluster, alice_job: str) -> None:
+    """bob's own job on the node: his ssh session lands in his job's namespace, not in
+    alice's, and neither sees the other's files."""
+    mine = cluster.step(
+        "alice", alice_job, "echo alice > /tmp/alice-only; readlink /proc/self/ns/mnt"
+    )
+    assert mine.exit_code == 0, mine
+    job = cluster.allocate("bob")
     try:
-        r = cluster.ssh("alice", "echo in")
+        r = cluster.ssh(
+            "bob", "echo bob > /tmp/bob-only; ls -A /tmp; readlink /proc/self/ns/mnt; env"
+        )
+        assert r.exit_code == 0, r
+        assert env_of(r.stdout)["SLURM_JOB_ID"] == job, r
+        assert "alice-only" not in r.stdout and "bob-only" in r.stdout, r
+        assert mnt_ns(r.stdout) != mnt_ns(mine.stdout), r
+        theirs = cluster.ssh("alice", "ls -A /tmp; readlink /proc/self/ns/mnt")
+        assert theirs.exit_code == 0 and mnt_ns(theirs.stdout) == mnt_ns(mine.stdout), theirs
+        assert "alice-only" in theirs.stdout and "bob-only" not in theirs.stdout, theirs
+    finally:
+        cluster.end(job)
+
+
+def test_a_job_refused_by_setup_refuses_the_login_with_one_line(cluster: SshCluster) -> None:
+    job = cluster.allocate(LONE, "--comment=jobns: shm capacity=2gib")  # a bad size
+    try:
+        r = cluster.ssh(LONE, "echo in")
         assert r.exit_code == 255 and "in\n" not in r.stdout, r
         lines = [ln for ln in r.stderr.splitlines() if "jobns" in ln]
         assert len(lines) == 1, r.stderr
@@ -108,12 +166,12 @@ def test_root_and_the_admin_group_log_in_unjoined(cluster: SshCluster) -> None:
 def test_a_session_open_when_the_job_ends_is_ended_and_leaves_nothing(
     cluster: SshCluster,
 ) -> None:
-    job = cluster.allocate("alice", "--comment=jobns: shm capacity=64MiB")
+    job = cluster.allocate(LONE, "--comment=jobns: shm capacity=64MiB")
     log = f"/var/tmp/held-{job}.log"
     cluster.ssh_background(
-        "alice",
+        LONE,
         "dd if=/dev/zero of=/dev/shm/big bs=1M count=32 2>/dev/null; stat -c %d /dev/shm; "
-        "readlink /proc/self/ns/mnt; echo ready; exec sleep 600",
+        "readlink /proc/self/ns/mnt; echo job=$SLURM_JOB_ID; echo ready; exec sleep 600",
         log,
     )
     out = ""
@@ -121,7 +179,7 @@ def test_a_session_open_when_the_job_ends_is_ended_and_leaves_nothing(
     while "ready" not in out and time.monotonic() < deadline:
         time.sleep(0.3)
         out = cluster.ctl.exec(["cat", log]).stdout
-    assert "ready" in out, out
+    assert "ready" in out and f"job={job}\n" in out, out
     dev, ns = int(re.findall(r"^(\d+)$", out, re.M)[0]), mnt_ns(out)
     majmin = f"{dev >> 8 & 0xFFF}:{(dev & 0xFF) | (dev >> 12 & 0xFFF00)}"
     in_ns = "for p in /proc/[0-9]*; do readlink $p/ns/mnt; done 2>/dev/null | grep -cF '{}'"
@@ -130,7 +188,7 @@ def test_a_session_open_when_the_job_ends_is_ended_and_leaves_nothing(
     cluster.end(job)
 
     deadline = time.monotonic() + 30
-    while cluster.ctl.exec(["pgrep", "-u", "alice", "-f", "exec sleep 600"]).exit_code == 0:
+    while cluster.ctl.exec(["pgrep", "-u", LONE, "-f", "exec sleep 600"]).exit_code == 0:
         assert time.monotonic() < deadline, "the ssh session outlived its job"
         time.sleep(0.3)
     assert cluster.host(in_ns.format(ns)).stdout.strip() == "0"
