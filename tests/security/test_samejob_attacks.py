@@ -119,3 +119,22 @@ def test_another_job_of_hers_sees_nothing_of_this_job(
     for job in ("71", "72"):
         r = world.teardown(job)
         assert (r.returncode, r.stderr) == (0, ""), r.stderr
+
+
+def test_the_jobs_own_paths_under_a_covered_base_still_work(world: World) -> None:
+    """What the covers must not break: an extra directory whose path lies under a
+    covered base (local_base here) still gets its mount point, and the job still walks
+    to its own trees, when the prolog's umask is 077."""
+    box = world.box
+    base = box.root / "xdir"
+    base.mkdir()
+    base.chmod(0o1777)
+    target = box.local / "mnt"
+    target.mkdir()
+    box.write_config(f'[[dirs]]\npath = "{target}"\nbase = "{base}"\n')
+    r = box.run(["setup", "--job-id", "73", "--user", world.alice.name], umask=0o077)
+    assert r.returncode == 0, r.stderr
+    script = f"echo x > {target}/f; test -d {box.local}/job-73/tmp && echo walked; "
+    r = world.run("73", script + f"ls -A {box.local}; cat {base}/job-73/f", world.alice)
+    assert (r.returncode, r.stdout.split()) == (0, ["walked", "job-73", "mnt", "x"]), r.stderr
+    assert world.teardown("73").returncode == 0
