@@ -5,7 +5,13 @@ wrapper): config.json gets
 - bind mounts of the job's directories at /tmp, /var/tmp and /dev/shm
   (rbind,nosuid,nodev) and at the paths of its extra private directories (with their
   options: noexec, ro), replacing the bundle's own mounts there (runc spec's
-  /dev/shm tmpfs) and placed before any mount beneath them;
+  /dev/shm tmpfs) and placed before any mount beneath them; for a prolog's job
+  prepared by root, their sources are root's own mount points of the verified trees,
+  <state_dir>/mounts/JOB/oci/N-TARGET (launcher.cdi.mount_points, as a CDI spec's), so
+  a runtime run as root follows nothing the job user can swap (she could rename her
+  tree root in its sticky base and put a link to another job's tree in its place); run
+  as the user, the trees' own paths (her runtime then runs as her, and gets nothing
+  she could not open herself);
 - the job environment (TMPDIR, JOBNS_JOB_ID, PMIx, ARC RUNTIME_*) in process.env;
 - the org.jobns.* annotations, so the hooks find the same job whatever named it;
 - unless a prolog (jobns setup) prepared the job on this node: jobns hook as a
@@ -35,17 +41,19 @@ from jobns.hook import bundle as bundle_mod
 from jobns.hook import holds, identity, rootfs
 from jobns.hook.hook import acquire_all, check_trees_owner, drop, recorded, recorded_plan
 from jobns.launcher import config as config_mod
+from jobns.launcher.cdi import mount_points, point_paths
 from jobns.launcher.environment import job_environment
 from jobns.launcher.errors import JobnsError
-from jobns.launcher.plan import build
+from jobns.launcher.plan import Plan, build
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.inputs import Options
     from jobns.launcher.job import Job
-    from jobns.launcher.plan import Bind, Plan
+    from jobns.launcher.plan import Bind
 
 MOUNT_OPTIONS = ["rbind", "nosuid", "nodev"]
+OCI = "oci"  # the sub-directory of the job's area (launcher.binds) with the bundles' sources
 
 
 def main(opts: Options, command: list[str]) -> int:
@@ -77,11 +85,19 @@ def main(opts: Options, command: list[str]) -> int:
     # Before anything is made or written: the runtime mounts the job's directories at
     # these targets, so none may have a link (or a non-directory) on its way.
     rootfs.check(b.rootfs, [bd.target for bd in plan.binds if plan.trees[bd.tree].extra is None])
+    full = Plan(plan.trees, plan.binds, plan.env, plan.task_dirs, plan.owner)
+    # Root prepares the bundle of a prolog's job for a runtime that may run as root: it
+    # names root's own mount points of the verified trees, never the trees' paths (she
+    # could swap her tree for a link to another job's between now and the runtime's
+    # bind). Named after the full plan, so every bundle of the job shares them.
+    points = {}
+    if record and os.geteuid() == 0:
+        points = dict(point_paths(config.state_dir, job.job_id, full, OCI))
     plan.binds = [bd for bd in plan.binds if usable(b.rootfs, plan, bd)]
     hooks = None if record else hook_entries(jobns_program(), config_file(config_flag, environ))
     new = rewrite(
         b.doc,
-        binds_of(plan),
+        [(target, points.get(target, src)) for target, src in binds_of(plan)],
         job_environment(config, job),
         annotations_of(job, named),
         hooks,
@@ -96,6 +112,8 @@ def main(opts: Options, command: list[str]) -> int:
     adopted = holds.adopted(config.state_dir, job.job_id)
     handles = acquire_all(plan, uid, gid, create=record is None, lock=False, adopted=adopted)
     try:
+        if points:
+            mount_points(config.state_dir, job.job_id, full, handles, OCI, f"oci-config {path}")
         bundle_mod.write_doc(path, new)
     except BaseException:
         drop(handles, adopted)

@@ -4,6 +4,8 @@
   <state_dir>/mounts/<job-id>/     a small tmpfs of root's (jobns-mounts-<job-id>), 0700,
                                    nosuid,nodev,noexec, private: the job's *area*
       cdi/<n>-<target>             launcher.cdi: the host paths a CDI spec names
+      oci/<n>-<target>             hook.oci_config: the bind sources of the bundles root
+                                   prepares for a prolog's job (made by the first one)
       fill<path>                   launcher.dirs: the pre-run program's way into an extra
                                    directory with options (only while it runs)
       stage                        launcher.dirs: where a cover is made and flagged

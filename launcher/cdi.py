@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from jobns.launcher.config import Config
     from jobns.launcher.fs import TreeHandle
     from jobns.launcher.job import Job
-    from jobns.launcher.plan import Plan
+    from jobns.launcher.plan import Bind, Plan
 
 KIND = "jobns.dev/job"
 VERSIONS = ("0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0")
@@ -152,25 +152,76 @@ def verified_binds(
     from jobns.launcher import binds
 
     binds.release(state_dir, job_id)  # an interrupted earlier pre-run's
-    out = []
-    parent = binds.open_area(state_dir, job_id, "cdi")
+    return mount_points(state_dir, job_id, plan, handles, "cdi", "write the CDI spec of the job")
+
+
+def point_paths(state_dir: str, job_id: str, plan: Plan, sub: str) -> list[tuple[str, str]]:
+    """(target, root's mount point) of each of the plan's binds, in the area's sub."""
+    from jobns.launcher.binds import area
+
+    return [(b.target, f"{area(state_dir, job_id)}/{sub}/{name}") for b, name in _names(plan)]
+
+
+def _names(plan: Plan) -> list[tuple[Bind, str]]:
+    return [(b, f"{i}{b.target.replace('/', '-')}"[:80]) for i, b in enumerate(plan.binds)]
+
+
+def mount_points(
+    state_dir: str, job_id: str, plan: Plan, handles: list[TreeHandle], sub: str, doing: str
+) -> list[tuple[str, str]]:
+    """point_paths(), each a mount point of root's onto which the bind's verified
+    directory is bound through an fd (launcher.binds), unless it holds that directory
+    already (made by an earlier call: `jobns oci-config` runs once per container).
+    doing: what the caller does, for messages."""
+    import fcntl
+
+    from jobns.launcher import binds
+    from jobns.launcher.fs import detach_at
+
+    parent = binds.open_area(state_dir, job_id, sub)
     try:
-        for i, b in enumerate(plan.binds):
+        fcntl.flock(parent, fcntl.LOCK_EX)  # root's, 0700: only another of root's waits
+        for b, name in _names(plan):
             handle = handles[b.tree]
-            src = _reach(handle, b.child, plan.owner[0])
-            name = f"{i}{b.target.replace('/', '-')}"[:80]
-            what = f"{handle.child_path(b.child)} onto {binds.area(state_dir, job_id)}/cdi/{name}"
+            src = _reach(handle, b.child, plan.owner[0], doing)
+            what = f"{handle.child_path(b.child)} onto {binds.area(state_dir, job_id)}/{sub}/{name}"
             try:
+                if _holds(parent, name, src):
+                    continue
+                while detach_at(parent, name):  # an earlier call's, of another directory
+                    pass
+                try:
+                    os.rmdir(name, dir_fd=parent)
+                except FileNotFoundError:
+                    pass
                 binds.bind(src, parent, name, what, binds.keeping(b.options))
             finally:
                 os.close(src)
-            out.append((b.target, f"{binds.area(state_dir, job_id)}/cdi/{name}"))
+    except OSError as e:
+        raise JobnsError(f"{doing}: {binds.area(state_dir, job_id)}/{sub}: {e.strerror}") from None
     finally:
         os.close(parent)
-    return out
+    return point_paths(state_dir, job_id, plan, sub)
 
 
-def _reach(handle: TreeHandle, child: str, uid: int) -> int:
+def _holds(parent: int, name: str, src: int) -> bool:
+    """Is parent/name a mount point (of root's, in root's area) of the directory at src?"""
+    from jobns.launcher import mountinfo
+    from jobns.launcher.binds import O_PATH_DIR
+
+    try:
+        fd = os.open(name, O_PATH_DIR, dir_fd=parent)
+    except FileNotFoundError:
+        return False
+    try:
+        return mountinfo.mount_id(fd) != mountinfo.mount_id(parent) and _same(
+            os.fstat(fd), os.fstat(src)
+        )
+    finally:
+        os.close(fd)
+
+
+def _reach(handle: TreeHandle, child: str, uid: int, doing: str) -> int:
     """An O_PATH fd of the tree root (or its child) as its place names it now, checked to
     be what setup verified. O_PATH opens and fdinfo ask no file system anything, so a
     FUSE mount she put there (stalled or not) is told apart by its mount id before
@@ -192,17 +243,17 @@ def _reach(handle: TreeHandle, child: str, uid: int) -> int:
             ok = st is not None and (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, SCRATCH_MODE)
         if not ok:
             raise UserError(
-                f"write the CDI spec of the job: {path} is not the job's verified "
+                f"{doing}: {path} is not the job's verified "
                 "directory (replaced while setting up?); refusing"
             )
         return fds.pop()
     except FileNotFoundError:
         raise UserError(
-            f"write the CDI spec of the job: {path}: it is gone (moved while setting up?); refusing"
+            f"{doing}: {path}: it is gone (moved while setting up?); refusing"
         ) from None
     except OSError as e:  # a link (ENOTDIR with O_DIRECTORY), a file
         raise UserError(
-            f"write the CDI spec of the job: {path} is not the job's verified directory "
+            f"{doing}: {path} is not the job's verified directory "
             f"({e.strerror}: replaced while setting up?); refusing"
         ) from None
     finally:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from typing import TypeVar
 
     from jobns.launcher.fs import TreeHandle
-    from jobns.launcher.plan import Bind, Plan
+    from jobns.launcher.plan import Bind, Plan, Tree
 
     T = TypeVar("T")
 
@@ -254,6 +254,98 @@ def apply_binds(
         else:
             done.append(bind_one(fd, path, place(b), ident))
     return done
+
+
+def _within(path: str, top: str) -> bool:
+    """path is top or lies below it (both absolute and normalised)."""
+    return os.path.commonpath((path, top)) == top
+
+
+def cover_bases(plan: Plan, roots: list[tuple[int, int]]) -> None:
+    """Hide, in the job's new mount namespace, every other job's trees: each base that
+    holds the job's trees (and that no bind of the job hides anyway, as /tmp hides a
+    local_base of /tmp) gets an empty read-only tmpfs of root's, and in it, at the same
+    paths, only this job's own directories (<base>/job-ID, the per-node layout's shared
+    job-ID/ with every node's tree of the job), bound recursively, so a capacity or a
+    cover on a tree comes along. File permissions cannot keep another job of the same
+    user out of hers; this does. Run as root before the job user can act in the
+    namespace: in the voluntary mode the covers are then locked to what they cover in
+    her user namespace (mount_namespaces(7)), so she can neither unmount nor move them.
+    roots: the (st_dev, st_ino) setup verified of each tree root; each is reached again
+    by a walk that follows no link and must be the same (UserError otherwise)."""
+    targets = [b.target for b in plan.binds]
+    bases = {os.path.normpath(t.base) for t in plan.trees}
+    bases = {b for b in bases if not any(_within(b, t) for t in targets)}
+    for top in sorted(b for b in bases if not any(o != b and _within(b, o) for o in bases)):
+        trees = [i for i, t in enumerate(plan.trees) if _within(os.path.normpath(t.base), top)]
+        _cover_base(top, plan, trees, roots, [t for t in targets if _within(t, top)])
+
+
+def _cover_base(
+    top: str, plan: Plan, trees: list[int], roots: list[tuple[int, int]], targets: list[str]
+) -> None:
+    kept: dict[str, tuple[int, tuple[str, ...]]] = {}  # path under top -> (fd, options)
+    try:
+        for i in trees:
+            tree = plan.trees[i]
+            rel = os.path.relpath(f"{os.path.normpath(tree.base)}/{tree.rel.split('/')[0]}", top)
+            if rel not in kept:
+                options = tree.extra.options if tree.extra is not None else ()
+                kept[rel] = (_open_own(tree, roots[i]), options)
+        flags = libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC
+        libc.mount(f"jobns-hide-{os.path.basename(top)}", top, "tmpfs", flags, "size=64k,mode=0755")
+        # The directories a bind of the job needs as mount points, then its own trees.
+        for target in targets:
+            _mkdirs(top, target)
+        for rel, (fd, options) in kept.items():
+            point = os.path.join(top, rel)
+            _mkdirs(top, point)
+            libc.mount(f"/proc/self/fd/{fd}", point, None, libc.MS_BIND | libc.MS_REC)
+            libc.mount(None, point, None, remount_flags(os.statvfs(point), options))
+        libc.mount(None, top, None, libc.MS_REMOUNT | libc.MS_BIND | libc.MS_RDONLY | flags)
+    except OSError as e:
+        what = f"hide the other jobs' trees in {top} from the job"
+        raise JobnsError(f"{what}: {e.strerror}") from None
+    finally:
+        for fd, _ in kept.values():
+            os.close(fd)
+
+
+def _mkdirs(top: str, path: str) -> None:
+    """Make path and the directories above it up to top, in root's fresh tmpfs on top:
+    0755 whatever the umask (a prolog's may be 077), so the job can walk to its trees."""
+    at = top
+    for part in os.path.relpath(path, top).split("/"):
+        at = os.path.join(at, part)
+        if part != "." and not os.path.isdir(at):
+            os.mkdir(at)
+            os.chmod(at, 0o755)  # noqa: S103 (root's, empty: a way to the job's trees)
+
+
+def _open_own(tree: Tree, root: tuple[int, int]) -> int:
+    """An fd of the first directory of tree.rel under its base (the tree root, or the
+    per-node layout's job-ID/), reached by a walk that follows no link and checked to
+    lead to the tree root setup verified."""
+    from jobns.launcher import fs
+
+    fds = [fs.open_base(tree.base, f"{tree.role} base")]
+    try:
+        for part in tree.rel.split("/"):
+            fds.append(fs.open_dir(fds[-1], part, tree.path))
+        st = os.fstat(fds[-1])
+        if (st.st_dev, st.st_ino) != root:
+            raise UserError(f"refuse {tree.path}: it was replaced while the job was being set up")
+        return fds.pop(1)
+    except FileNotFoundError:
+        gone = f"refuse {tree.path}: it was removed while the job was being set up"
+        raise UserError(gone) from None
+    except UserError:
+        raise
+    except JobnsError as e:
+        raise UserError(str(e)) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def unshare_net() -> None:

@@ -10,7 +10,8 @@ Why a user namespace: under Slurm every task runs as the job user (slurmstepd
 drops privileges before it execs the task), and an unprivileged process may setns()
 only into namespaces owned by a user namespace it has rights in. So the prolog
 forks a *holder* (launcher.fork: it holds nothing of root's) that detaches the
-state directory in a root-owned scratch namespace, becomes the job user, creates a
+state directory in a root-owned scratch namespace and covers the bases that hold other
+jobs' trees (launcher.namespace.cover_bases), becomes the job user, creates a
 user namespace (mapping only that user) with the job's mount namespace inside it,
 makes the binds, and waits while root pins both. A job run by root gets a plain
 mount namespace, and so does every job when the site enforces namespaces through
@@ -114,6 +115,7 @@ def pin(
     """Create the job's namespace(s) in a holder child and pin them; the pins record.
     enforce: root's namespace for every job (the SPANK plugin joins it as root)."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
+    roots = [fs.identity(h, "") for h in handles]
     pinner_id = mntns_id()
     user_pin, mnt_pin = paths(state_dir, job.job_id)
     userns = job.user.uid != 0 and not enforce
@@ -137,6 +139,8 @@ def pin(
         except OSError as e:
             raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
         drop_other_pins()
+        # As root, before she can act in the namespace: covers she cannot lift.
+        namespace.cover_bases(plan, roots)
         if userns:
             # Only the two pipes are open here (launcher.fork): once the job user can
             # ptrace this process, there is nothing of root's to take.

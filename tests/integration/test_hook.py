@@ -824,8 +824,12 @@ def test_oci_config_for_a_prolog_job_adds_no_hooks(
     assert r.returncode == 0, r.stderr
     doc = json.loads((c.bundle / "config.json").read_text())
     assert "hooks" not in doc
-    assert doc["mounts"][0]["source"] == f"{box.local}/job-OC2/tmp"
+    # Root's own mount point of the verified tree, never the tree's path (SECURITY.md).
+    point = Path(doc["mounts"][0]["source"])
+    assert point == box.state / "mounts" / "OC2" / "oci" / "0-tmp"
+    assert point.stat().st_ino == (box.local / "job-OC2" / "tmp").stat().st_ino
     assert box.run(["teardown", "--job-id", "OC2"]).returncode == 0
+    assert not point.exists()
 
 
 def test_oci_config_dry_run_and_errors(box: Sandbox, containers: list[Container]) -> None:

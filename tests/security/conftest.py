@@ -55,6 +55,17 @@ for src, dst in zip(sys.argv[2::2], sys.argv[3::2]):
 print("mounted")
 """
 
+# The start of a program whose argv[1] is the PID of a task of the caller's own voluntary
+# job: enter its user and mount namespaces (they are hers), exit with the reason if not.
+NS_JOIN = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for kind, flag in (("user", 0x10000000), ("mnt", 0x00020000)):
+    fd = os.open(f"/proc/{sys.argv[1]}/ns/{kind}", os.O_RDONLY)
+    if libc.setns(fd, flag) != 0:
+        sys.exit(f"setns {kind}: {os.strerror(ctypes.get_errno())}")
+"""
+
 # argv: PID: duplicate every fd of PID into ourselves (pidfd_getfd, syscall 438) and
 # print a JSON list of [fd, st_dev, st_ino] for each one we got, and the errnos we did not.
 STEAL_FDS = r"""

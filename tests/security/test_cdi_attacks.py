@@ -279,6 +279,24 @@ def swap_back(user: OsUser, pairs: list[tuple[Path, Path]]) -> None:
     as_user(user, code)
 
 
+def beside_bobs_secrets(
+    box: Sandbox, mine: str, his: str, users: list[OsUser]
+) -> tuple[list[tuple[Path, Path]], dict[Path, Any]]:
+    """Bob's job `his` (a secret in its /tmp, /var/tmp, /dev/shm) and alice's job `mine`,
+    set up; the pairs of trees (hers, his) she can swap, and a snapshot of his."""
+    alice, bob = users
+    setup(box, his, bob)
+    setup(box, mine, alice)
+    pairs = [
+        (box.local / f"job-{mine}", box.local / f"job-{his}"),
+        (box.shm / f"job-{mine}", box.shm / f"job-{his}"),
+    ]
+    secret = "echo secret > /tmp/s; echo secret > /var/tmp/s; echo secret > /dev/shm/s"
+    r = box.run(["run", "--job-id", his, "--", "sh", "-c", secret], user=bob)
+    assert r.returncode == 0, r.stderr
+    return pairs, {p: snapshot(p) for _, p in pairs}
+
+
 def test_a_link_in_place_of_her_tree_never_gives_her_container_another_jobs_directories(
     podman_rig: Rig, users: list[OsUser]
 ) -> None:
@@ -291,19 +309,10 @@ def test_a_link_in_place_of_her_tree_never_gives_her_container_another_jobs_dire
     root's all the way), onto which setup bound the verified trees by fd: her container
     sees her own (empty) directories, bob's files are neither read nor written."""
     rig = podman_rig
-    alice, bob = users
+    alice = users[0]
     mine, his = rig.job(11), rig.job(12)
     box = rig.box
-    setup(box, his, bob)
-    setup(box, mine, alice)
-    pairs = [
-        (box.local / f"job-{mine}", box.local / f"job-{his}"),
-        (box.shm / f"job-{mine}", box.shm / f"job-{his}"),
-    ]
-    secret = "echo secret > /tmp/s; echo secret > /var/tmp/s; echo secret > /dev/shm/s"
-    r = box.run(["run", "--job-id", his, "--", "sh", "-c", secret], user=bob)
-    assert r.returncode == 0, r.stderr
-    before = {p: snapshot(p) for _, p in pairs}
+    pairs, before = beside_bobs_secrets(box, mine, his, users)
     swapped = False
     try:
         swap_for_links(alice, pairs)

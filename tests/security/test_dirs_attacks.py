@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import job_mounts
-from tests.security.conftest import MIB, World, mounts, no_crash, refused, shmem_bytes, snapshot
+from tests.security.conftest import (
+    MIB,
+    NS_JOIN,
+    World,
+    mounts,
+    no_crash,
+    refused,
+    shmem_bytes,
+    snapshot,
+)
 from tests.security.test_setup_attacks import entries, moved_intact, squat
 
 pytestmark = pytest.mark.root
@@ -199,18 +208,15 @@ PROG = "#!/bin/sh\necho ran-her-program\n"
 
 # argv: PID TARGET...: enter the user and mount namespaces of PID (a task of her own
 # voluntary job: they are hers) and try to remount each TARGET read-write and exec.
-NS_REMOUNT = r"""
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-for kind, flag in (("user", 0x10000000), ("mnt", 0x00020000)):
-    fd = os.open(f"/proc/{sys.argv[1]}/ns/{kind}", os.O_RDONLY)
-    if libc.setns(fd, flag) != 0:
-        sys.exit(f"setns {kind}: {os.strerror(ctypes.get_errno())}")
+NS_REMOUNT = (
+    NS_JOIN
+    + r"""
 for target in sys.argv[2:]:
     # MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV: rw and exec again
     r = libc.mount(None, target.encode(), None, 32 | 4096 | 2 | 4, None)
     print(target, "remounted" if r == 0 else os.strerror(ctypes.get_errno()))
 """
+)
 
 
 class Flagged:
