@@ -4,8 +4,8 @@ jobns runs once per task, and a task launch imports about twenty of its own modu
 The import system spends ~45 us on each before any of the module's code runs (module
 locks, five suffix probes per directory, spec and loader objects, a stat of the source,
 the pyc header checks): ~0.8 ms of a launch that costs ~4 ms above the bare interpreter.
-The installed `jobns` script (ci/install-python) calls start() first, then imports the
-CLI and calls loaded():
+The installed `jobns` (launcher/entry.py, the script pip writes from [project.scripts])
+calls start() first, then imports the CLI and calls loaded():
 
 * `jobns run` preloads LAUNCH, the modules every task launch imports, in an order where
   each module's own imports come before it: each pyc is read, checked and run into a
@@ -173,7 +173,7 @@ def preload(package: ModuleType, leaves: Sequence[str], magic: bytes) -> None:
 
 
 def start(argv: Sequence[str]) -> None:
-    """The installed script's first call: pause the cyclic garbage collector while jobns
+    """entry.main()'s first call: pause the cyclic garbage collector while jobns
     loads (~4 collections, ~0.2 ms, that could free nothing: modules live to the end),
     put the finder first, and for `jobns run` preload the launch path."""
     import gc
@@ -188,7 +188,7 @@ def start(argv: Sequence[str]) -> None:
 
 
 def loaded() -> None:
-    """The script's second call, once the CLI is imported: what is loaded so far stays
+    """entry.main()'s second call, once the CLI is imported: what is loaded so far stays
     out of every later collection (gc.freeze: nor does a forked task child copy its
     pages for one), and the collector runs again for the command itself."""
     import gc

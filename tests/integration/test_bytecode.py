@@ -15,23 +15,29 @@ import pytest
 from tests.conftest import JOBNS, OsUser, Sandbox, require
 
 
-def interpreter() -> str:
-    """The interpreter the installed script's #! line names."""
-    require(Path(JOBNS).is_file(), f"{JOBNS} is not installed (run ci/install-python)")
-    with open(JOBNS) as f:
+def interpreter(jobns: str = JOBNS) -> str:
+    """The interpreter the installed script's #! line names (pip writes no options)."""
+    require(Path(jobns).is_file(), f"{jobns} is not installed (run ci/install-python)")
+    with open(jobns) as f:
         first = f.readline()
-    assert first.startswith("#!") and first.split()[1:] == ["-IS"], first
-    return first[2:].split()[0]
+    assert first.startswith("#!") and len(first.split()) == 1, first
+    return first[2:].strip()
 
 
 def imported_by_import_system(
-    sandbox: Sandbox, args: list[str], user: OsUser | None, env: dict[str, str] | None = None
+    sandbox: Sandbox,
+    args: list[str],
+    user: OsUser | None,
+    env: dict[str, str] | None = None,
+    jobns: str = JOBNS,
 ) -> list[str]:
-    """The jobns modules the import system loaded in a run of args (run once before by
-    root, so the config cache and the pycs are there, as on a node whose prolog ran)."""
-    assert sandbox.run(["run", "--job-id", "bc-warm", "--", "true"]).returncode == 0
+    """The jobns modules the import system loaded in a run of args by script `jobns`
+    started as its #! line says (run once before by root, so the config cache and the
+    pycs are there, as on a node whose prolog ran)."""
+    warm = [jobns, *sandbox.cmd(["run", "--job-id", "bc-warm", "--", "true"])[1:]]
+    assert subprocess.run(warm, cwd="/", env=sandbox.env(None, None), timeout=60).returncode == 0
     r = subprocess.run(
-        [interpreter(), "-IS", "-X", "importtime", *sandbox.cmd(args)],
+        [interpreter(jobns), "-X", "importtime", jobns, *sandbox.cmd(args)[1:]],
         capture_output=True,
         text=True,
         cwd="/",
@@ -44,10 +50,9 @@ def imported_by_import_system(
     return [n for n in names if n.startswith(("jobns.launcher.", "jobns.hook.", "jobns.schemas."))]
 
 
-def test_the_installed_script_starts_the_bytecode_loader() -> None:
+def test_the_installed_script_is_the_packaged_entry_point() -> None:
     interpreter()
-    text = Path(JOBNS).read_text()
-    assert "bytecode.start(sys.argv)" in text and "bytecode.loaded()" in text
+    assert "from jobns.launcher.entry import main" in Path(JOBNS).read_text()
 
 
 @pytest.mark.root
@@ -61,6 +66,7 @@ def test_every_module_of_a_task_launch_is_preloaded(
     # come through the finder (bytecode.LAUNCH says why).
     assert imported_by_import_system(sandbox, args, user) == [
         "jobns.launcher.bytecode",
+        "jobns.launcher.entry",
         "jobns.launcher.plan",
         "jobns.launcher.removal",
         "jobns.launcher.fs",
@@ -74,6 +80,9 @@ def test_joining_a_set_up_job_is_preloaded_too(sandbox: Sandbox, users: list[OsU
     assert sandbox.run(["setup", "--job-id", "bc-j", "--user", alice.name]).returncode == 0
     try:
         args = ["run", "--job-id", "bc-j", "--", "true"]
-        assert imported_by_import_system(sandbox, args, alice) == ["jobns.launcher.bytecode"]
+        assert imported_by_import_system(sandbox, args, alice) == [
+            "jobns.launcher.bytecode",
+            "jobns.launcher.entry",
+        ]
     finally:
         assert sandbox.run(["teardown", "--job-id", "bc-j"]).returncode == 0

@@ -1,8 +1,8 @@
 """launcher.bytecode (no root): the fast loads run exactly the code importlib would.
 
 Each case works on a private copy of the packages, compiled here, and imports it in a
-fresh `python -IS` (the way the installed script runs), so the checkout's own pycs and
-this test process's modules play no part.
+fresh `python -IS`, so the checkout's own pycs, the venv's site-packages and this test
+process's modules play no part.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ only closes at run time is still a knot a newcomer has to untie.
 from __future__ import annotations
 
 import ast
+import re
+import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,6 +18,7 @@ PACKAGES = ("launcher", "hook", "schemas")
 # Lower layers never import higher ones (README "Development": cli -> commands ->
 # lifecycle -> record/pins/staging/fs -> plan/job/config/state -> libc).
 COMMANDS = {
+    "launcher.entry",  # the installed script's main(): it starts the loader, then cli
     "launcher.cli",
     "launcher.run",
     "launcher.setup",
@@ -50,6 +54,17 @@ def modules() -> dict[str, Path]:
     for pkg in PACKAGES:
         for p in sorted((REPO / pkg).glob("*.py")):
             out[pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"] = p
+    return out
+
+
+def imports(path: Path) -> set[str]:
+    """The top-level names of every module path imports, absolute imports only."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.partition(".")[0])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.partition(".")[0] for a in node.names}
     return out
 
 
@@ -110,3 +125,36 @@ def test_imports_flow_one_way() -> None:
         or (m not in COMMANDS and t in COMMANDS)
     }
     assert upward == set()
+
+
+# Import name -> the distribution that provides it, where the two differ.
+DISTRIBUTIONS = {"prctl": "python-prctl", "_prctl": "python-prctl"}
+
+
+def requirement_names(specs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~ ;\[]", s, maxsplit=1)[0].lower() for s in specs}
+
+
+def test_the_declared_dependencies_are_what_the_installed_program_imports() -> None:
+    """A declared dependency the program never imports is a defect, and so is an import
+    left undeclared (issue 23): test tools belong to the test extra."""
+    third_party = set().union(*(imports(p) for p in modules().values()))
+    third_party -= {*sys.stdlib_module_names, "jobns", "__future__"}
+    wanted = {DISTRIBUTIONS.get(name, name) for name in third_party}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = requirement_names(project["dependencies"])
+    assert declared == wanted
+    assert not declared & requirement_names(project["optional-dependencies"]["test"])
+
+
+def test_the_debian_package_depends_on_the_same_modules() -> None:
+    """debian/control's Depends of package jobns: Debian's python3-* of each dependency."""
+    control = (REPO / "debian" / "control").read_text()
+    stanza = next(s for s in control.split("\n\n") if s.startswith("Package: jobns\n"))
+    field = re.search(r"^Depends:(.*(?:\n .*)*)", stanza, re.MULTILINE)
+    assert field is not None, stanza
+    named = {d.split()[0] for d in field.group(1).split(",") if d.strip()}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    dists = requirement_names(project["dependencies"])
+    debian = {f"python3-{d.removeprefix('python-')}" for d in dists}
+    assert {n for n in named if n.startswith("python3-")} == debian
