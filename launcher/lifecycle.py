@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from jobns.launcher import cdi, dirs, fs, pins, sizelimit, state
 from jobns.launcher import record as records
@@ -68,6 +67,7 @@ from jobns.launcher.removal import take_detached
 from jobns.launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
 from jobns.launcher.staging import Staging
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -28,19 +28,18 @@ host by (st_dev, st_ino) and signals them from outside.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from jobns.launcher import fs, libc, namespace, state
 from jobns.launcher.errors import JobnsError
-from jobns.launcher.fastimport import set_dumpable
+from jobns.launcher.fastimport import set_dumpable, signal
 from jobns.launcher.fork import spawn
 from jobns.launcher.job import switch_user
 from jobns.launcher.record import Pins
 from jobns.launcher.supervise import signal_all
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.fs import TreeHandle
     from jobns.launcher.job import Job

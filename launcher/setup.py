@@ -12,7 +12,6 @@ setup records the reason, exits 0, and every task of the job exits 125 with it.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from jobns.launcher import config as config_mod
 from jobns.launcher import lifecycle
@@ -22,6 +21,7 @@ from jobns.launcher.job import Job, hostname, job_id_from, layout_from, user_fro
 from jobns.launcher.lifecycle import apply_directives, gather_directives, require_root
 from jobns.launcher.plan import build
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.staging import Staging
 

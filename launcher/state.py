@@ -171,8 +171,6 @@ def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> 
     if not uid:
         os.fchmod(fd, owner_perms << 6)
         return
-    import struct
-
     entries = (
         (_ACL_USER_OBJ, owner_perms, _NO_ID),
         (_ACL_USER, perms, uid),
@@ -180,7 +178,11 @@ def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> 
         (_ACL_MASK, perms, _NO_ID),
         (_ACL_OTHER, 0, _NO_ID),
     )
-    data = struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    # struct.pack("<I") and ("<HHI") by hand: the prolog need not import struct for this.
+    data = _ACL_VERSION.to_bytes(4, "little") + b"".join(
+        tag.to_bytes(2, "little") + perm.to_bytes(2, "little") + ident.to_bytes(4, "little")
+        for tag, perm, ident in entries
+    )
     try:
         os.setxattr(fd, "system.posix_acl_access", data)
     except OSError as e:

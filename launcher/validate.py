@@ -94,9 +94,16 @@ def _resolve(root: dict[str, object], ref: str) -> dict[str, object]:
     return node
 
 
+_SPECIAL = frozenset("\\.^$*+?{}[]|()")
+
+
 def _pattern_ok(pattern: str, value: str) -> bool:
     # Patterns are compiled lazily: `re` costs ~5 ms to import and only a few
-    # schema strings carry one.
+    # schema strings carry one; a plain anchored prefix (the job record's "^/", checked
+    # by every prolog and epilog) needs no `re` at all.
+    literal = pattern[1:]
+    if pattern.startswith("^") and literal and not any(c in _SPECIAL for c in literal):
+        return value.startswith(literal)
     import re
 
     return re.search(pattern, value) is not None
