@@ -515,9 +515,11 @@ def finish(
         state.close_run_env(state_dir, job_id, "post-run" if ran else "teardown", uid)
     if ran and st in EPILOG_STATES:
         records.enter(state_dir, record, "post-run")
-        stuck = pins.terminate(record.pins, record.kill_wait)
-        for err in stuck:
-            warn(f"post-run {job_id}: {err}")
+        if _work_before_teardown(config, record, hurry):
+            # The post-run program and stage-out see a quiet job; without either, the
+            # teardown state's own termination (after the unpin) is the only one needed.
+            for err in pins.terminate(record.pins, record.kill_wait):
+                warn(f"post-run {job_id}: {err}")
         if not hurry:
             failure = run_program(config, record, "post-run")
             if failure is not None:
@@ -543,6 +545,12 @@ def finish(
                     "was not staged out"
                 )
     teardown_locked(state_dir, job_id, record, force=force, hurry=hurry)
+
+
+def _work_before_teardown(config: Config, record: Record, hurry: bool) -> bool:
+    """Does the epilog run anything between post-run and teardown (a post-run program,
+    stage-out or scratch back to the session directory)?"""
+    return not hurry and bool(config.lifecycle.post_run or record.staging)
 
 
 def _note_errors(state_dir: str, job_id: str, record: Record, errors: list[str]) -> None:

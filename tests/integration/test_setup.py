@@ -509,3 +509,17 @@ def test_root_joins_an_enforced_job_and_runs_as_its_owner(
     assert r.returncode == 125 and "SPANK plugin" in r.stderr, r.stderr
     teardown(sandbox, "1201")
     assert_clean(sandbox)
+
+
+def test_the_state_directory_is_bound_onto_itself_once(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """Every setup checks that state_dir is a mount of its own (by mount id, without
+    reading the node's whole mount table) and binds it onto itself only the first time."""
+    for job in ("990", "991"):
+        setup(sandbox, job, "--user", users[0].name)
+    binds = [ln for ln in host_mounts().splitlines() if ln.split()[4] == str(sandbox.state)]
+    assert len(binds) == 1, binds
+    for job in ("990", "991"):
+        teardown(sandbox, job)
+    assert_clean(sandbox)
