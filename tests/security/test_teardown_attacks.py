@@ -303,6 +303,29 @@ def test_tree_roots_swapped_for_symlinks_before_teardown(world: World) -> None:
     world.assert_clean(keep=[p for p in moved if p.exists()])
 
 
+def test_per_node_job_dir_swapped_for_a_symlink_before_teardown(world: World) -> None:
+    """Attack: in the per-node layout alice renames her <shared_base>/job-N (the node's
+    tree is inside it) away and puts a symlink to a root-owned directory in its place,
+    before the epilog. Teardown then cannot reach the node's tree without following her
+    link. Defence: teardown follows nothing and exits 0 (her doing fails her job's
+    files, never the node: it used to exit 125, teardown-fail, draining the node); what
+    is left is hers: her renamed directory and her link."""
+    box, alice = world.box, world.alice
+    decoy = world.decoy()
+    before = snapshot(decoy)
+    assert world.setup("79", "--use-shared-tmpdir=per-node").returncode == 0
+    assert world.run("79", "echo x > /tmp/x", user=alice).returncode == 0
+    top, moved = box.shared / "job-79", box.shared / "alices-79"
+    r = world.as_user(alice, ["sh", "-c", f"mv {top} {moved} && ln -s {decoy} {top}"])
+    assert r.returncode == 0, r.stderr
+    timed_teardown(world, "79")
+    assert snapshot(decoy) == before
+    for root, dirs, names in os.walk(moved):
+        for n in [*dirs, *names]:
+            assert os.lstat(Path(root) / n).st_uid == alice.uid, f"{root}/{n} is not hers"
+    world.assert_clean(keep=[moved, top])
+
+
 def test_hard_links_to_root_owned_files_are_only_unlinked(world: World) -> None:
     """Attack: alice hard-links a root-owned world-writable file into her tree (allowed
     under fs.protected_hardlinks), and a root-owned read-only file is linked there too (a
