@@ -20,7 +20,9 @@ every step can run again:
   post-run          no task may join; end its processes post-run again
                     (kill_wait); post-run program
   staging-out       stage_out copies, scratch->session  post-run again
-  teardown          unpin, kill, unmount, remove (3x)   teardown again
+  teardown          unpin, kill, unmount, rename the    teardown again (a killed
+                    trees away (3x); their removal is   release: recover / gc
+                    a process's of its own (release)    finish it)
   teardown-fail     kept for the administrator          teardown again
   complete          the record is removed next          forget it
 
@@ -47,7 +49,7 @@ import os
 import sys
 import time
 
-from jobns.launcher import cdi, dirs, fs, pins, sizelimit, state
+from jobns.launcher import cdi, dirs, fs, pins, release, sizelimit, state
 from jobns.launcher import record as records
 from jobns.launcher.errors import JobnsError, UserError, printable_path
 from jobns.launcher.inputs import Options
@@ -69,15 +71,16 @@ from jobns.launcher.staging import Staging
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from jobns.launcher.capacity import Capacities
     from jobns.launcher.config import Config
     from jobns.launcher.directives import Directives
     from jobns.launcher.fs import TreeHandle
     from jobns.launcher.job import Job
-    from jobns.launcher.mountinfo import Identity
+    from jobns.launcher.mountinfo import Identity, Mount
     from jobns.launcher.plan import Plan, Tree
+    from jobns.launcher.release import Handover
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
 EPILOG_STATES = ("running", "post-run", "staging-out")
@@ -564,10 +567,14 @@ def removable(tree: Tree, made: bool, record: Record) -> bool:
     return tree.remove and (record.has_run(True) or made)
 
 
-def teardown_once(record: Record, unstage: bool = True) -> list[str]:
+def teardown_once(
+    record: Record, unstage: bool = True, handover: Handover | None = None
+) -> list[str]:
     """One attempt at the teardown state: unpin, end the job's processes, put scratch
     back, then for each tree: seal it, detach what is mounted in it, empty and detach
-    its capacity, remove it."""
+    its capacity, remove it (with a handover: rename it out of the job's way for the
+    release process, launcher.release, which also gets a large capacity and the last
+    references to the job's namespaces)."""
     errors: list[str] = []
     job_pins = record.pins
     job_id = record.job_id
@@ -590,7 +597,7 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             errors += problems
             keep_scratch = bool(problems)
         for t in record.trees:
-            errors += _release_tree(t, job_id, removable(t.tree, t.made, record))
+            errors += _release_tree(t, job_id, removable(t.tree, t.made, record), handover)
         scratch_rec = record.scratch_record()
         if (
             scratch is not None
@@ -599,26 +606,28 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             and removable(scratch, scratch_rec.get("made", True) is True, record)
         ):
             fs.seal(scratch, fs.nothing_ours)
-            errors += fs.remove_recorded(scratch)
+            errors += _remove(scratch, fs.nothing_ours, handover)
         if held is not None and dev is not None and ino is not None:
             errors += pins.terminate_namespace(dev, ino, 0.0, userns)  # one that joined late
     finally:
-        if held is not None:
-            os.close(held)
-        if user is not None:
-            os.close(user[0])
+        for fd in (held, user[0] if user is not None else None):
+            if fd is not None:
+                _drop(fd, handover)
         for note in take_detached():
             warn(f"teardown {job_id}: {note}")
     return errors
 
 
-def _release_tree(t: TreeRecord, job_id: str, gone: bool) -> list[str]:
+def _release_tree(
+    t: TreeRecord, job_id: str, gone: bool, handover: Handover | None = None
+) -> list[str]:
     """One recorded tree at teardown: detach its cover (launcher.dirs), seal it (whatever
     the user mounted on its root is detached first), release its capacity (empty and
     detach a tmpfs; shut down, detach, truncate and unlink a disk image), remove it.
     Which mount on the root is the capacity is the record's to say (sizelimit.owner: the
     identity setup recorded), never the mount's source name, which her FUSE mount can
-    copy."""
+    copy. With a handover, a large capacity tmpfs is detached unemptied and the tree
+    renamed out of the job's way, for the release process (launcher.release)."""
     tree = t.tree
     errors: list[str] = []
     if t.cover is not None or dirs.covered(tree):
@@ -633,10 +642,26 @@ def _release_tree(t: TreeRecord, job_id: str, gone: bool) -> list[str]:
         errors += diskimage.unmount(tree, t.image, ours)
     elif t.capacity is not None:
         # Unmount first: removal never crosses into another file system.
-        errors += sizelimit.unmount(tree, ours)
+        errors += sizelimit.unmount(tree, ours, handover.capacity if handover else None)
     if gone:
-        errors += fs.remove_recorded(tree, ours)
+        errors += _remove(tree, ours, handover)
     return errors
+
+
+def _remove(tree: Tree, ours: Callable[[Mount], bool], handover: Handover | None) -> list[str]:
+    """A sealed tree, emptied of mounts: removed now, or renamed for the release process."""
+    if handover is None:
+        return fs.remove_recorded(tree, ours)
+    return handover.retire(tree, ours)
+
+
+def _drop(fd: int, handover: Handover | None) -> None:
+    """A namespace reference: its release process closes it (the kernel then frees the
+    namespace's mounts, which is not the epilog's wait), else closed now."""
+    if handover is not None:
+        handover.keep(fd)
+    else:
+        os.close(fd)
 
 
 def _still_mounted(record: Record) -> list[str]:
@@ -657,12 +682,25 @@ def teardown_locked(
     state_dir: str, job_id: str, record: Record, force: bool = False, hurry: bool = False
 ) -> None:
     """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
-    hurry: remove scratch without moving its content back (like scancel --hurry)."""
+    hurry: remove scratch without moving its content back (like scancel --hurry).
+    What the epilog renamed out of the job's way is then the release process's, even
+    after a failed attempt (launcher.release: what the epilog finishes, what it hands
+    over)."""
+    handover = release.Handover(state_dir, job_id, record.user_name)
+    try:
+        _teardown_attempts(state_dir, job_id, record, force, hurry, handover)
+    finally:
+        handover.start()
+
+
+def _teardown_attempts(
+    state_dir: str, job_id: str, record: Record, force: bool, hurry: bool, handover: Handover
+) -> None:
     if record.state not in ("teardown", "teardown-fail"):
         records.enter(state_dir, record, "teardown")
     errors: list[str] = []
     for attempt in range(ATTEMPTS):
-        errors = teardown_once(record, unstage=not hurry)
+        errors = teardown_once(record, not hurry, handover)
         if not errors:
             records.enter(state_dir, record, "complete")
             errors = state.remove_job_dir(state_dir, job_id)

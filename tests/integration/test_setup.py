@@ -26,8 +26,10 @@ def setup(box: Sandbox, job: str, *extra: str) -> None:
 
 
 def teardown(box: Sandbox, job: str) -> None:
+    """The epilog, and its release process (launcher.release) done."""
     r = box.run(["teardown", "--job-id", job])
     assert r.returncode == 0, r.stderr
+    box.wait_released()
 
 
 def assert_clean(box: Sandbox) -> None:
@@ -367,10 +369,12 @@ def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
     sandbox: Sandbox, users: list[OsUser]
 ) -> None:
     setup(sandbox, "960", "--user", users[0].name)
-    # An immutable file inside the job's tree (only root can set the flag: a node fault,
-    # not the user's doing): teardown fails for real until the administrator clears it.
-    stuck = sandbox.local / "job-960/tmp/stuck"
-    stuck.write_text("immutable")
+    # An immutable base directory (only root can set the flag: a node fault, not the
+    # user's doing): teardown can neither rename the job's tree out of the way for its
+    # release process nor remove it, and fails for real until the administrator clears
+    # it. (An immutable file deep inside fails the release instead, which gc reports:
+    # tests/integration/test_release.py.)
+    stuck = sandbox.local
     subprocess.run(["chattr", "+i", str(stuck)], check=True)
     try:
         r = sandbox.run(["teardown", "--job-id", "960"])
