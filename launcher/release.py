@@ -37,7 +37,8 @@ that finishes: renamed trees (named in the record), a half-emptied tmpfs (freed 
 kernel with the killed process's last fd, unless someone else holds the file system:
 then when they let go), namespaces (freed with their last fd). After a reboot (the
 default state_dir is on tmpfs: no records), gc removes the root-owned
-job-*~removing-* entries in the bases by name, as it always has.
+job-*~removing-* entries in the bases by name, as it always has; so release records
+are never fsynced, on any state_dir.
 """
 
 from __future__ import annotations

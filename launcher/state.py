@@ -264,14 +264,14 @@ _SURVIVES: dict[int, bool] = {}  # st_dev -> does a write there outlive the node
 
 def survives_reboot(fd: int) -> bool:
     """Is the file at fd on a file system that keeps its content over a reboot (not
-    tmpfs or ramfs, like the default state_dir under /run on a systemd node)?
+    tmpfs or ramfs, as the default state_dir under /run is on a systemd node)?
 
-    Only then does write_atomic fsync: its rename alone keeps a record whole (the old one
-    or the new one) whenever jobns dies, since the written data is in the page cache; an
-    fsync adds durability only against a crash of the whole node, and a tmpfs loses
-    everything then anyway (its fsync is a no-op in the kernel: here it saves the
-    syscalls and, more, keeps the rule the same on state directories that are not
-    tmpfs, where each fsync costs a journal commit: ~2 ms per record on these VMs)."""
+    Only there does write_atomic fsync. Its rename alone keeps a record whole (the old
+    one or the new one) whenever jobns dies, since what was written is in the page
+    cache; an fsync adds durability only against a crash of the whole node, after which
+    a tmpfs holds nothing anyway. (On tmpfs an fsync costs next to nothing; where /run
+    is a disk, as on these VMs or in a container, each costs a journal commit, ~2 ms,
+    and the job record keeps it: recover reads it after a reboot. run.env never does.)"""
     dev = os.fstat(fd).st_dev
     known = _SURVIVES.get(dev)
     if known is None:
