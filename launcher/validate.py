@@ -72,8 +72,22 @@ def _type_ok(value: object, name: str) -> bool:
     return isinstance(value, _TYPES[name])
 
 
-def _where(path: str) -> str:
-    return path or "(top level)"
+def _where(path: str | tuple[object, object]) -> str:
+    """A path for a message. Inside a document it is kept as (parent path, key) pairs, a
+    list index as (i,), and made text only for a message: building it for every key of
+    every record the prolog and epilog check was most of the checking time."""
+    keys = []
+    node: object = path
+    while isinstance(node, tuple):
+        node, key = node
+        keys.append(key)
+    out = str(node)
+    for key in reversed(keys):
+        if isinstance(key, tuple):
+            out = f"{out}[{key[0]}]"
+        else:
+            out = f"{out}.{_key(key)}" if out else _key(key)
+    return out or "(top level)"
 
 
 def _key(key: object) -> str:
@@ -110,7 +124,10 @@ def _pattern_ok(pattern: str, value: str) -> bool:
 
 
 def iter_errors(
-    doc: object, schema: dict[str, object], root: dict[str, object] | None = None, path: str = ""
+    doc: object,
+    schema: dict[str, object],
+    root: dict[str, object] | None = None,
+    path: str | tuple[object, object] = "",
 ) -> Iterator[str]:
     """Yield one message per violation: '<json path>: <what is wrong>'."""
     root = schema if root is None else root
@@ -163,7 +180,7 @@ def iter_errors(
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(doc):
-                yield from iter_errors(item, items, root, f"{path}[{i}]")
+                yield from iter_errors(item, items, root, (path, (i,)))
     if isinstance(doc, dict):
         props = schema.get("properties", {})
         assert isinstance(props, dict)
@@ -174,13 +191,12 @@ def iter_errors(
                 yield f"{_where(path)}: missing required key {key!r}"
         extra = schema.get("additionalProperties", True)
         for key, value in doc.items():
-            sub = f"{path}.{_key(key)}" if path else _key(key)
             if key in props:
-                yield from iter_errors(value, props[key], root, sub)
+                yield from iter_errors(value, props[key], root, (path, key))
             elif extra is False:
-                yield f"{sub}: unknown key (allowed: {', '.join(sorted(props))})"
+                yield f"{_where((path, key))}: unknown key (allowed: {', '.join(sorted(props))})"
             elif isinstance(extra, dict):
-                yield from iter_errors(value, extra, root, sub)
+                yield from iter_errors(value, extra, root, (path, key))
 
 
 def first_error(doc: object, schema: dict[str, object]) -> str | None:
