@@ -201,4 +201,66 @@ def iter_errors(
 
 def first_error(doc: object, schema: dict[str, object]) -> str | None:
     """The first violation, or None when the document is valid."""
+    if valid(doc, schema):
+        return None
     return next(iter_errors(doc, schema), None)
+
+
+def valid(doc: object, schema: dict[str, object], root: dict[str, object] | None = None) -> bool:
+    """iter_errors' verdict without its messages: no generator, no path per node, ~3x
+    faster on a job record, which every prolog and epilog checks about ten times.
+    first_error asks iter_errors only when this says no (tests/unit/test_schemas.py
+    holds both to jsonschema's verdict)."""
+    root = schema if root is None else root
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return valid(doc, _resolve(root, ref), root)
+    t = schema.get("type")
+    names = [t] if isinstance(t, str) else [str(x) for x in t] if isinstance(t, list) else []
+    if not KNOWN.issuperset(schema) or (t is not None and not any(_type_ok(doc, n) for n in names)):
+        return False  # (iter_errors raises for a keyword it does not know)
+    if ("enum" in schema and doc not in schema["enum"]) or (  # type: ignore[operator]
+        "const" in schema and doc != schema["const"]
+    ):
+        return False
+    options = schema.get("anyOf")
+    if isinstance(options, list) and not any(valid(doc, o, root) for o in options):
+        return False
+    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        return not (isinstance(lo, (int, float)) and doc < lo) and not (
+            isinstance(hi, (int, float)) and doc > hi
+        )
+    if isinstance(doc, str):
+        lo, hi, pat = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
+        return (
+            not (isinstance(lo, int) and len(doc) < lo)
+            and not (isinstance(hi, int) and len(doc) > hi)
+            and not (isinstance(pat, str) and not _pattern_ok(pat, doc))
+        )
+    if isinstance(doc, list):
+        lo, items = schema.get("minItems"), schema.get("items")
+        if isinstance(lo, int) and len(doc) < lo:
+            return False
+        return not isinstance(items, dict) or all(valid(i, items, root) for i in doc)
+    if isinstance(doc, dict):
+        return _valid_object(doc, schema, root)
+    return True
+
+
+def _valid_object(
+    doc: dict[object, object], schema: dict[str, object], root: dict[str, object]
+) -> bool:
+    props = schema.get("properties", {})
+    required = schema.get("required", [])
+    assert isinstance(props, dict) and isinstance(required, list)
+    if not all(key in doc for key in required):
+        return False
+    extra = schema.get("additionalProperties", True)
+    for key, value in doc.items():
+        if key in props:
+            if not valid(value, props[key], root):
+                return False
+        elif extra is False or (isinstance(extra, dict) and not valid(value, extra, root)):
+            return False
+    return True
