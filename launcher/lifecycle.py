@@ -49,12 +49,11 @@ import os
 import sys
 import time
 
-from jobns.launcher import cdi, dirs, fs, pins, release, sizelimit, state
+from jobns.launcher import cdi, dirs, fs, pins, sizelimit, state
 from jobns.launcher import record as records
 from jobns.launcher.errors import JobnsError, UserError, printable_path
 from jobns.launcher.inputs import Options
 from jobns.launcher.plan import tree_from_record
-from jobns.launcher.programs import run_program
 from jobns.launcher.record import (
     Pins,
     Record,
@@ -66,8 +65,6 @@ from jobns.launcher.record import (
     run_env_values,
 )
 from jobns.launcher.removal import take_detached
-from jobns.launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
-from jobns.launcher.staging import Staging
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -81,6 +78,7 @@ if TYPE_CHECKING:
     from jobns.launcher.mountinfo import Identity, Mount
     from jobns.launcher.plan import Plan, Tree
     from jobns.launcher.release import Handover
+    from jobns.launcher.staging import Staging
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
 EPILOG_STATES = ("running", "post-run", "staging-out")
@@ -284,8 +282,11 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
     state_dir, job_id = config.state_dir, job.job_id
     with _Aborting(config, job_id, record) as handles:
         records.enter(state_dir, record, "staging-in")
-        staging = Staging.from_record(record.staging)
+        staging = _staging(record)
         if staging is not None:
+            # Only a staging job imports its copying code (~1 ms: transfer is big).
+            from jobns.launcher.stage_steps import check_session_dir, stage_in
+
             check_session_dir(record, staging)
         if any(t.extra is not None for t in plan.trees):
             from jobns.launcher.namespace import check_site_targets
@@ -451,10 +452,11 @@ def pre_run(
 def _pre_run_program(config: Config, record: Record) -> str | None:
     """The site's pre-run program, with a writable view of each covered extra directory
     while it runs ($JOBNS_FILL<path>: the one way to fill an `ro` one)."""
-    from jobns.launcher import binds
-
     if not config.lifecycle.pre_run:
         return None
+    from jobns.launcher import binds
+    from jobns.launcher.programs import run_program
+
     view = dirs.fill(config.state_dir, record.job_id, [(t.tree, t.cover) for t in record.trees])
     try:
         return run_program(config, record, "pre-run", {"JOBNS_FILL": view} if view else None)
@@ -524,13 +526,17 @@ def finish(
             for err in pins.terminate(record.pins, record.kill_wait):
                 warn(f"post-run {job_id}: {err}")
         if not hurry:
-            failure = run_program(config, record, "post-run")
+            failure = _program(config, record, "post-run")
             if failure is not None:
                 warn(f"post-run {job_id}: {failure}; staging out anyway")
                 _note_errors(state_dir, job_id, record, [failure])
             records.enter(state_dir, record, "staging-out")
-            staging = Staging.from_record(record.staging)
-            errors = stage_out(record, staging, ran) if staging is not None else []
+            staging = _staging(record)
+            errors = []
+            if staging is not None:
+                from jobns.launcher.stage_steps import stage_out
+
+                errors = stage_out(record, staging, ran)
             if errors:
                 for err in errors:
                     warn(f"stage-out {job_id}: {err}")
@@ -548,6 +554,25 @@ def finish(
                     "was not staged out"
                 )
     teardown_locked(state_dir, job_id, record, force=force, hurry=hurry)
+
+
+def _staging(record: Record) -> Staging | None:
+    """The job's staging: launcher.staging (and the copying code) is imported only by the
+    prolog and epilog of a job that stages."""
+    if record.staging is None:
+        return None
+    from jobns.launcher.staging import Staging
+
+    return Staging.from_record(record.staging)
+
+
+def _program(config: Config, record: Record, phase: str) -> str | None:
+    """[lifecycle] pre_run or post_run (launcher.programs imported only when one is set)."""
+    if not getattr(config.lifecycle, phase.replace("-", "_")):
+        return None
+    from jobns.launcher.programs import run_program
+
+    return run_program(config, record, phase)
 
 
 def _work_before_teardown(config: Config, record: Record, hurry: bool) -> bool:
@@ -586,13 +611,15 @@ def teardown_once(
         dev, ino = job_pins.mnt_dev, job_pins.mnt_ino
         if held is not None and dev is not None and ino is not None:
             errors += pins.terminate_namespace(dev, ino, record.kill_wait, userns)
-        staging = Staging.from_record(record.staging)
+        staging = _staging(record)
         scratch = staging.scratch_tree if staging is not None else None
         keep_scratch = False
         if unstage and staging is not None and scratch is not None:
             # Seed 001: scratch is removed only once its content is back in the session
             # directory. After a successful stage-out it is empty; after a failed or
             # interrupted setup it holds the job's inputs, which go back where they were.
+            from jobns.launcher.stage_steps import unstage_session
+
             problems = unstage_session(record, staging)
             errors += problems
             keep_scratch = bool(problems)
@@ -686,7 +713,9 @@ def teardown_locked(
     What the epilog renamed out of the job's way is then the release process's, even
     after a failed attempt (launcher.release: what the epilog finishes, what it hands
     over)."""
-    handover = release.Handover(state_dir, job_id, record.user_name)
+    from jobns.launcher.release import Handover  # the epilog's only
+
+    handover = Handover(state_dir, job_id, record.user_name)
     try:
         _teardown_attempts(state_dir, job_id, record, force, hurry, handover)
     finally:

@@ -37,7 +37,6 @@ from jobns.launcher.fastimport import set_dumpable, signal
 from jobns.launcher.fork import spawn
 from jobns.launcher.job import switch_user
 from jobns.launcher.record import Pins
-from jobns.launcher.supervise import signal_all
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -317,6 +316,8 @@ def terminate_namespace(
     pids = processes_in_namespace(dev, ino, userns)
     if not pids:
         return []
+    from jobns.launcher.supervise import signal_all  # the prolog never needs it
+
     signal_all(pids, signal.SIGCONT)
     signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + kill_wait
