@@ -180,28 +180,3 @@ def fs_type(fd: int) -> int:
         raise oserror(f"fstatfs({fd})")
     magic: int = buf[0]
     return magic & 0xFFFFFFFF
-
-
-SYS_FSCONFIG = 431  # the new mount API: the same numbers on every architecture (5.2+)
-SYS_FSPICK = 433
-FSPICK_CLOEXEC = 0x1
-FSPICK_EMPTY_PATH = 0x8
-FSCONFIG_SET_FLAG = 0
-FSCONFIG_CMD_RECONFIGURE = 7
-
-
-def make_read_only(fd: int, what: str) -> None:
-    """Make the file system at fd (a directory fd on its root) read-only, superblock and
-    all, through fspick(2)+fsconfig(2): unlike mount(MS_REMOUNT) this works on a mount
-    already detached (MNT_DETACH) from every namespace, reached only through fd."""
-    picked = _syscall(
-        _CLong(SYS_FSPICK), _CLong(fd), b"", _CLong(FSPICK_CLOEXEC | FSPICK_EMPTY_PATH)
-    )
-    if picked < 0:
-        raise oserror(f"fspick({what})", what)
-    try:
-        for cmd, key in ((FSCONFIG_SET_FLAG, b"ro"), (FSCONFIG_CMD_RECONFIGURE, None)):
-            if _syscall(_CLong(SYS_FSCONFIG), _CLong(picked), _CLong(cmd), key, None, 0) < 0:
-                raise oserror(f"fsconfig({what}, read-only)", what)
-    finally:
-        os.close(picked)

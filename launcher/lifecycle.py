@@ -598,8 +598,8 @@ def teardown_once(
     """One attempt at the teardown state: unpin, end the job's processes, put scratch
     back, then for each tree: seal it, detach what is mounted in it, empty and detach
     its capacity, remove it (with a handover: rename it out of the job's way for the
-    release process, launcher.release, which also gets a large capacity and the last
-    references to the job's namespaces)."""
+    release process, launcher.release, which also gets the last references to the job's
+    namespaces)."""
     errors: list[str] = []
     job_pins = record.pins
     job_id = record.job_id
@@ -653,8 +653,9 @@ def _release_tree(
     detach a tmpfs; shut down, detach, truncate and unlink a disk image), remove it.
     Which mount on the root is the capacity is the record's to say (sizelimit.owner: the
     identity setup recorded), never the mount's source name, which her FUSE mount can
-    copy. With a handover, a large capacity tmpfs is detached unemptied and the tree
-    renamed out of the job's way, for the release process (launcher.release)."""
+    copy. A capacity is emptied, made read-only and detached here, whatever its size
+    (what a held reference keeps is empty); with a handover the tree is then renamed
+    out of the job's way, for the release process (launcher.release)."""
     tree = t.tree
     errors: list[str] = []
     if t.cover is not None or dirs.covered(tree):
@@ -669,7 +670,7 @@ def _release_tree(
         errors += diskimage.unmount(tree, t.image, ours)
     elif t.capacity is not None:
         # Unmount first: removal never crosses into another file system.
-        errors += sizelimit.unmount(tree, ours, handover.capacity if handover else None)
+        errors += sizelimit.unmount(tree, ours)
     if gone:
         errors += _remove(tree, ours, handover)
     return errors

@@ -8,21 +8,24 @@ finish first, and does:
   - stage-out and scratch back to the session directory: the user's results are safe
     before the job is reported done (this stays synchronous, whatever it costs);
   - each tree is sealed (root's, 0700: nobody enters it by path any more), whatever the
-    user mounted in it is detached, its capacity is detached (a tmpfs with few entries
-    emptied and made read-only first, a disk image shut down and unlinked), and the tree
-    is renamed out of the job's way, <name>~removing-<hex>, in the same directory: the
-    job's own names are free at once, so a requeued job of the same id gets fresh
-    directories and never meets the old ones;
+    user mounted on or in it is detached through the fd examined (never entered), its
+    capacity is released (a tmpfs emptied, made read-only and detached, whatever its
+    size: a namespace reference someone still holds keeps an empty file system nobody
+    can refill, SECURITY.md rule 6; a disk image shut down, detached and unlinked), and
+    the tree, a plain directory of root's now, is renamed out of the job's way,
+    <name>~removing-<hex>, in the same directory: the job's own names are free at
+    once, so a requeued job of the same id gets fresh directories and never meets the
+    old ones (anything else at the tree's place, a link she put there say, is dealt
+    with at once as before: unlinked, never followed);
   - this release's record names each renamed tree before the rename (Handover.retire);
   - the job's record is removed (its state "complete").
 What it hands over, to one detached process per epilog (its own session, only the fds
 given to it, started when the epilog has exited so it never competes with it):
   - the last references to the job's mount and user namespaces: the kernel frees a
     namespace's mounts when they close (a wait of 1-9 ms measured here);
-  - a capacity tmpfs with more than sizelimit.SYNC_ENTRIES entries, already detached:
-    it empties it through its fd and makes it read-only (fspick: a detached mount has
-    no path), then closes it;
-  - the renamed trees, removed by fd walks (launcher.removal), O(files);
+  - the renamed trees, removed by fd walks that never follow a link and never enter
+    another file system (launcher.removal: openat2 RESOLVE_NO_XDEV|RESOLVE_NO_SYMLINKS;
+    a mount met on a parent or in a tree is detached through the fd examined), O(files);
   - then it unlinks its record. A tree it cannot remove keeps the record, so every
     `jobns recover` and `jobns gc` tries again and reports it (exit 125), where an
     epilog used to fail (and drain the node) on it.
@@ -33,9 +36,9 @@ written to it, then one line is appended per renamed tree, before its rename; th
 release process inherits the lock and holds it to the end. A record nobody holds is
 an interrupted release: `jobns recover` and `jobns gc` finish it (finish_dead), and gc
 never sweeps a tree a live release still owns. SIGKILL at any step leaves only what
-that finishes: renamed trees (named in the record), a half-emptied tmpfs (freed by the
-kernel with the killed process's last fd, unless someone else holds the file system:
-then when they let go), namespaces (freed with their last fd). After a reboot (the
+that finishes: renamed trees (named in the record), namespaces (freed with their last
+fd). No capacity is ever handed over: none is left mounted, or forgotten, by a release
+that dies. After a reboot (the
 default state_dir is on tmpfs: no records), gc removes the root-owned
 job-*~removing-* entries in the bases by name, as it always has; so release records
 are never fsynced, on any state_dir.
@@ -68,8 +71,8 @@ def directory(state_dir: str) -> str:
 
 
 class Handover:
-    """What one epilog hands to its release process: trees renamed out of the job's way,
-    detached capacities to empty, namespace references to drop."""
+    """What one epilog hands to its release process: trees renamed out of the job's way
+    and namespace references to drop."""
 
     def __init__(self, state_dir: str, job_id: str, user: str) -> None:
         self.state_dir = state_dir
@@ -77,7 +80,6 @@ class Handover:
         self.user = user
         self.trees: list[Tree] = []
         self.fds: list[int] = []  # closed by the release process (namespaces)
-        self.capacities: list[tuple[int, str]] = []  # (fd on a detached tmpfs, its path)
         self.record = ""
         self.lock = -1  # the record's fd, holding its flock
         self.adopted: list[tuple[str, int, list[Tree]]] = []  # (record, its fd, its trees)
@@ -87,11 +89,6 @@ class Handover:
         kernel's work, not the epilog's)."""
         self.fds.append(fd)
 
-    def capacity(self, fd: int, path: str) -> None:
-        """A detached tmpfs (fd on its root, ours now) for the release process to empty,
-        make read-only and close."""
-        self.capacities.append((fd, path))
-
     def retire(self, tree: Tree, ours: Callable[[Mount], bool]) -> list[str]:
         """Rename a sealed tree to <name>~removing-<hex> for the release process. Its
         parents are walked without following a link or entering a mount (one on a parent
@@ -99,7 +96,13 @@ class Handover:
         if it is not a plain, sealed directory of root's, or cannot be renamed (a link she
         put in its place, a mount on it, an immutable tree), fs.remove_recorded(tree, ours)
         deals with it now, as the epilog always has (detaching what is hers, never
-        detaching a capacity of ours: that stays an error)."""
+        detaching a capacity of ours: that stays an error). So does a tree with anything
+        still mounted in it (her FUSE mount from the host): the epilog detaches it, through
+        the fd its removal walk examined, before the node takes the next job."""
+        from jobns.launcher.mountinfo import under
+
+        if under(tree.path):
+            return fs.remove_recorded(tree, ours)
         parent = fs.open_parent(tree, detach=True)
         if parent is None:
             return fs.remove_recorded(tree, ours)  # gone, or it says why not reachable
@@ -138,7 +141,7 @@ class Handover:
         earlier epilog of the job, killed before its release process started, renamed
         (so `jobns teardown` again after a crash leaves nothing either)."""
         self._adopt()
-        given = [*self.fds, *(fd for fd, _ in self.capacities)]
+        given = list(self.fds)
         records = [self.lock] if self.lock >= 0 else []
         records += [fd for _, fd, _ in self.adopted]
         try:
@@ -147,7 +150,7 @@ class Handover:
         finally:
             for fd in given + records:
                 os.close(fd)
-            self.fds, self.capacities, self.lock, self.adopted = [], [], -1, []
+            self.fds, self.lock, self.adopted = [], -1, []
 
     def _adopt(self) -> None:
         """Lock every record of this job whose release process is gone (or never came)."""
@@ -215,9 +218,6 @@ def release(h: Handover) -> None:
     for fd in h.fds:
         os.close(fd)  # the job's namespaces: the kernel frees them and their mounts
     state.pause_point("release-namespaces")
-    for fd, path in h.capacities:
-        _empty(fd, path)
-    state.pause_point("release-capacities")
     records = [(h.record, h.trees)] if h.record else []
     for n, (path, trees) in enumerate(records + [(p, t) for p, _, t in h.adopted]):
         errors: list[str] = []
@@ -234,19 +234,6 @@ def release(h: Handover) -> None:
         if n == 0:
             state.pause_point("release-done")
         _unlink(path)
-
-
-def _empty(fd: int, path: str) -> None:
-    """Empty a detached capacity tmpfs and make it read-only (SECURITY.md rule 6: what a
-    held reference keeps is an empty file system nobody can refill), then close it."""
-    try:
-        fs.clear_dir(fd, path)
-        try:
-            libc.make_read_only(fd, path)
-        except OSError:
-            pass  # EBUSY: a file is still open for writing; it is emptied all the same
-    finally:
-        os.close(fd)
 
 
 def remove_retired(state_dir: str, job_id: str, tree: Tree) -> list[str]:

@@ -99,20 +99,8 @@ def mount(handle: TreeHandle, size: int, uid: int, gid: int, job_id: str) -> Ide
     return Identity.of(m)
 
 
-# A capacity with at most this many entries is emptied before it is detached, by the
-# epilog itself (a few ms at most: its memory is free when the epilog returns); a larger
-# one is handed to the epilog's release process to empty (launcher.release).
-SYNC_ENTRIES = 256
-
-
-def unmount(
-    tree: Tree,
-    ours: Callable[[Mount], bool],
-    handover: Callable[[int, str], None] | None = None,
-) -> list[str]:
+def unmount(tree: Tree, ours: Callable[[Mount], bool]) -> list[str]:
     """Empty and detach every tmpfs of ours on the tree root (a crash may have stacked two).
-    handover(fd, path): takes a tmpfs of more than SYNC_ENTRIES entries, detached, to
-    empty it and make it read-only after the epilog (launcher.release).
 
     Whatever a user mounted on it is detached first, never entered (launcher.fs.open_root),
     and so is whatever she mounted inside it (the emptying walk, launcher.removal). Ours is
@@ -130,12 +118,6 @@ def unmount(
         try:
             if kind != fs.OURS:
                 return []
-            if handover is not None and _entries(fd) > SYNC_ENTRIES:
-                # Detached first, through the fd that was examined (ours): only then is
-                # it the release process's; it is never forgotten while still mounted.
-                libc.umount2(f"/proc/self/fd/{fd}", libc.MNT_DETACH)
-                handover(os.dup(fd), tree.path)
-                continue
             fs.clear_dir(fd, tree.path)  # best effort: what a writer keeps goes with it
             try:
                 libc.mount(
@@ -153,9 +135,3 @@ def unmount(
         finally:
             os.close(fd)
     return [f"unmount the capacity tmpfs on {tree.path}: still mounted after 16 attempts"]
-
-
-def _entries(fd: int) -> int:
-    """How many files and directories the tmpfs at fd holds (its inodes in use)."""
-    st = os.fstatvfs(fd)
-    return st.f_files - st.f_ffree

@@ -1,7 +1,7 @@
 """The epilog's release process (launcher.release), for real (root).
 
 `jobns teardown` returns once the job's trees are out of its way (sealed, renamed
-<name>~removing-<hex>, capacities detached); a process of its own removes them. These
+<name>~removing-<hex>, capacities emptied and detached); a process of its own removes them. These
 tests stop that process at each of its steps (JOBNS_TEST_PAUSE_IN, inherited from the
 epilog) and SIGKILL it there: `jobns recover` or `jobns gc` finishes what it left, and
 nothing of the job remains. A requeued job (the same id) set up while the old release
@@ -24,9 +24,9 @@ from tests.integration.test_setup import assert_clean, setup, teardown
 
 pytestmark = pytest.mark.root
 
-STEPS = ["release", "release-namespaces", "release-capacities", "release-tree", "release-done"]
-# More files in the shm capacity than the epilog empties itself (sizelimit.SYNC_ENTRIES):
-# its emptying is the release process's. And a tree in /tmp and /var/tmp.
+STEPS = ["release", "release-namespaces", "release-tree", "release-done"]
+# Files in the shm capacity (the epilog empties and detaches it itself, whatever its size)
+# and a tree in /tmp and /var/tmp (the release process removes them).
 FILES = (
     "set -e; for i in $(seq 300); do echo $i > /dev/shm/s$i; done; "
     "mkdir -p /tmp/a/b /var/tmp/c; for i in $(seq 50); do echo $i > /tmp/a/b/f$i; done; "
