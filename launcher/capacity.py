@@ -22,8 +22,7 @@ nothing would unmount the file system after its last task.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.config import Config
     from jobns.launcher.directives import Directives

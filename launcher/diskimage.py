@@ -57,13 +57,13 @@ import fcntl
 import os
 import stat
 import subprocess
-from typing import TYPE_CHECKING
 
 from jobns.launcher import fs, libc, loop, mountinfo, state, sysprog
 from jobns.launcher.errors import JobnsError, UserError
 from jobns.launcher.mountinfo import Identity
 from jobns.launcher.plan import TOP_MODE
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 

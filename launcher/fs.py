@@ -721,7 +721,9 @@ def seal(tree: Tree, ours: Callable[[Mount], bool]) -> None:
         os.close(fd)
 
 
-def remove_recorded(tree: Tree, ours: Callable[[Mount], bool] = nothing_ours) -> list[str]:
+def remove_recorded(
+    tree: Tree, ours: Callable[[Mount], bool] = nothing_ours, prune: bool = True
+) -> list[str]:
     """Remove a tree by its recorded place, whatever the job left there (even a symlink
     in place of the tree is only unlinked, never followed; whatever a user mounted on or
     in it is detached, never entered). A mount of jobns's own (ours: a capacity that
@@ -729,7 +731,9 @@ def remove_recorded(tree: Tree, ours: Callable[[Mount], bool] = nothing_ours) ->
 
     What cannot be removed because someone keeps writing into it (a process outside the
     job with its cwd there) is not the node's problem: the tree is renamed
-    <name>~removing-<hex> (root's, sealed) for `jobns gc`, and teardown goes on."""
+    <name>~removing-<hex> (root's, sealed) for `jobns gc`, and teardown goes on.
+    prune: remove the parents (the per-node layout's job-ID/) once empty; the release
+    process does that itself, under the job's lock (launcher.release)."""
     try:
         fds = _walk_parents(tree, detach=True)
     except (OSError, JobnsError) as e:
@@ -739,7 +743,7 @@ def remove_recorded(tree: Tree, ours: Callable[[Mount], bool] = nothing_ours) ->
             return []  # already gone
         top = _top_at(fds[-1], tree, ours, detach=True)
         if top is None:
-            return _prune_parents(tree, fds)
+            return _prune_parents(tree, fds) if prune else []
         os.close(top[0])
         if top[1] == OURS:
             return [f"remove {tree.path}: jobns's capacity is still mounted on it"]
@@ -752,7 +756,7 @@ def remove_recorded(tree: Tree, ours: Callable[[Mount], bool] = nothing_ours) ->
         # Only "not empty": someone keeps refilling it. Any other error is the node's.
         if errors and all(busy in e for e in errors) and retire(fds[-1], tree) is not None:
             errors = []
-        return errors + _prune_parents(tree, fds)
+        return errors + (_prune_parents(tree, fds) if prune else [])
     except (OSError, JobnsError) as e:
         return [f"remove {tree.path}: {e}"]
     finally:
@@ -826,3 +830,21 @@ def lookalike(
         return None
     finally:
         os.close(fd)
+
+
+def open_parent(tree: Tree, detach: bool = False) -> int | None:
+    """The directory holding the tree root, reached from its base without following a
+    link and without entering a mount (with detach: a mount on a parent is detached, as
+    _walk_parents does); an fd the caller closes, or None if it is gone or not reachable
+    so."""
+    try:
+        fds = _walk_parents(tree, detach)
+    except (OSError, JobnsError):
+        return None
+    if len(fds) != len(tree.parents) + 1:
+        for fd in fds:
+            os.close(fd)
+        return None
+    for fd in fds[:-1]:
+        os.close(fd)
+    return fds[-1]

@@ -27,7 +27,7 @@ import subprocess
 import time
 
 from jobns.launcher import config as config_mod
-from jobns.launcher import fs, state, sysprog
+from jobns.launcher import fs, release, state, sysprog
 from jobns.launcher import record as records
 from jobns.launcher.dirs import is_cover
 from jobns.launcher.errors import JobnsError, UserError
@@ -204,7 +204,8 @@ def unrecorded_trees(config: config_mod.Config, recorded: set[str], jobs: set[st
                     pass
                 continue
             if fs.RETIRED in name and name.startswith("job-") and _root_dir(path):
-                found.append(Tree(role, base, (), name, (), True))
+                if path not in recorded:  # else a release process of an epilog's has it
+                    found.append(Tree(role, base, (), name, (), True))
                 continue
             job_id = name[4:] if name.startswith("job-") else ""
             if not _job_id(job_id) or job_id in jobs or path in recorded:
@@ -259,6 +260,12 @@ def main(opts: Options, _command: list[str]) -> int:
     slurm = slurm_job_states(sorted(jobs), config.slurm_bin) if not opts.get("no_slurm") else None
     alive = None if slurm is None else {j for j, st in slurm.items() if st in ALIVE_STATES}
     summary = {"dead_jobs": 0, "unknown_to_slurm": 0, "leftovers": 0, "problems": 0}
+    # Epilogs' release processes that were killed (launcher.release): finished first.
+    problems += release.finish_all(
+        config.state_dir,
+        dry,
+        lambda text, job, user, level: say(text, job or None, user or None, level, dry),
+    )
     for job_id in sorted(jobs):
         try:
             record = records.load(config.state_dir, job_id)
@@ -373,6 +380,7 @@ def main(opts: Options, _command: list[str]) -> int:
     # Held by a process outside a finished job: nothing gc may take, so a warning each.
     for entry in diskimage.stale(config):
         say(f"jobns gc: warning: {diskimage.stale_line(entry)}", level="warning", dry=dry)
+    recorded_paths |= release.named(config.state_dir)  # a live release removes those
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"
         summary["leftovers"] += 1

@@ -158,3 +158,25 @@ def prctl(option: int, arg: int) -> None:
     """prctl(2) with one argument (the rest 0; passed as longs: prctl is variadic)."""
     if _prctl(option, _CLong(arg), _CLong(0), _CLong(0), _CLong(0)) < 0:
         raise oserror(f"prctl({option}, {arg})")
+
+
+# <linux/magic.h>: file systems whose content never outlives the node's uptime.
+TMPFS_MAGIC = 0x01021994
+RAMFS_MAGIC = 0x858458F6
+_fstatfs = _function("fstatfs")
+
+
+class _StatfsBuf(_C.Array):  # type: ignore[misc]
+    """Room for struct statfs (120 bytes on 64-bit Linux); f_type is its first long."""
+
+    _type_ = _CLong
+    _length_ = 16
+
+
+def fs_type(fd: int) -> int:
+    """f_type of the file system fd is on (fstatfs(2)): e.g. TMPFS_MAGIC."""
+    buf = _StatfsBuf()
+    if _fstatfs(fd, buf) < 0:
+        raise oserror(f"fstatfs({fd})")
+    magic: int = buf[0]
+    return magic & 0xFFFFFFFF

@@ -20,7 +20,9 @@ every step can run again:
   post-run          no task may join; end its processes post-run again
                     (kill_wait); post-run program
   staging-out       stage_out copies, scratch->session  post-run again
-  teardown          unpin, kill, unmount, remove (3x)   teardown again
+  teardown          unpin, kill, unmount, rename the    teardown again (a killed
+                    trees away (3x); their removal is   release: recover / gc
+                    a process's of its own (release)    finish it)
   teardown-fail     kept for the administrator          teardown again
   complete          the record is removed next          forget it
 
@@ -46,14 +48,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from jobns.launcher import cdi, dirs, fs, pins, sizelimit, state
 from jobns.launcher import record as records
 from jobns.launcher.errors import JobnsError, UserError, printable_path
 from jobns.launcher.inputs import Options
 from jobns.launcher.plan import tree_from_record
-from jobns.launcher.programs import run_program
 from jobns.launcher.record import (
     Pins,
     Record,
@@ -65,19 +65,20 @@ from jobns.launcher.record import (
     run_env_values,
 )
 from jobns.launcher.removal import take_detached
-from jobns.launcher.stage_steps import check_session_dir, stage_in, stage_out, unstage_session
-from jobns.launcher.staging import Staging
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from jobns.launcher.capacity import Capacities
     from jobns.launcher.config import Config
     from jobns.launcher.directives import Directives
     from jobns.launcher.fs import TreeHandle
     from jobns.launcher.job import Job
-    from jobns.launcher.mountinfo import Identity
+    from jobns.launcher.mountinfo import Identity, Mount
     from jobns.launcher.plan import Plan, Tree
+    from jobns.launcher.release import Handover
+    from jobns.launcher.staging import Staging
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
 EPILOG_STATES = ("running", "post-run", "staging-out")
@@ -281,8 +282,11 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
     state_dir, job_id = config.state_dir, job.job_id
     with _Aborting(config, job_id, record) as handles:
         records.enter(state_dir, record, "staging-in")
-        staging = Staging.from_record(record.staging)
+        staging = _staging(record)
         if staging is not None:
+            # Only a staging job imports its copying code (~1 ms: transfer is big).
+            from jobns.launcher.stage_steps import check_session_dir, stage_in
+
             check_session_dir(record, staging)
         if any(t.extra is not None for t in plan.trees):
             from jobns.launcher.namespace import check_site_targets
@@ -448,10 +452,11 @@ def pre_run(
 def _pre_run_program(config: Config, record: Record) -> str | None:
     """The site's pre-run program, with a writable view of each covered extra directory
     while it runs ($JOBNS_FILL<path>: the one way to fill an `ro` one)."""
-    from jobns.launcher import binds
-
     if not config.lifecycle.pre_run:
         return None
+    from jobns.launcher import binds
+    from jobns.launcher.programs import run_program
+
     view = dirs.fill(config.state_dir, record.job_id, [(t.tree, t.cover) for t in record.trees])
     try:
         return run_program(config, record, "pre-run", {"JOBNS_FILL": view} if view else None)
@@ -515,17 +520,23 @@ def finish(
         state.close_run_env(state_dir, job_id, "post-run" if ran else "teardown", uid)
     if ran and st in EPILOG_STATES:
         records.enter(state_dir, record, "post-run")
-        stuck = pins.terminate(record.pins, record.kill_wait)
-        for err in stuck:
-            warn(f"post-run {job_id}: {err}")
+        if _work_before_teardown(config, record, hurry):
+            # The post-run program and stage-out see a quiet job; without either, the
+            # teardown state's own termination (after the unpin) is the only one needed.
+            for err in pins.terminate(record.pins, record.kill_wait):
+                warn(f"post-run {job_id}: {err}")
         if not hurry:
-            failure = run_program(config, record, "post-run")
+            failure = _program(config, record, "post-run")
             if failure is not None:
                 warn(f"post-run {job_id}: {failure}; staging out anyway")
                 _note_errors(state_dir, job_id, record, [failure])
             records.enter(state_dir, record, "staging-out")
-            staging = Staging.from_record(record.staging)
-            errors = stage_out(record, staging, ran) if staging is not None else []
+            staging = _staging(record)
+            errors = []
+            if staging is not None:
+                from jobns.launcher.stage_steps import stage_out
+
+                errors = stage_out(record, staging, ran)
             if errors:
                 for err in errors:
                     warn(f"stage-out {job_id}: {err}")
@@ -545,6 +556,31 @@ def finish(
     teardown_locked(state_dir, job_id, record, force=force, hurry=hurry)
 
 
+def _staging(record: Record) -> Staging | None:
+    """The job's staging: launcher.staging (and the copying code) is imported only by the
+    prolog and epilog of a job that stages."""
+    if record.staging is None:
+        return None
+    from jobns.launcher.staging import Staging
+
+    return Staging.from_record(record.staging)
+
+
+def _program(config: Config, record: Record, phase: str) -> str | None:
+    """[lifecycle] pre_run or post_run (launcher.programs imported only when one is set)."""
+    if not getattr(config.lifecycle, phase.replace("-", "_")):
+        return None
+    from jobns.launcher.programs import run_program
+
+    return run_program(config, record, phase)
+
+
+def _work_before_teardown(config: Config, record: Record, hurry: bool) -> bool:
+    """Does the epilog run anything between post-run and teardown (a post-run program,
+    stage-out or scratch back to the session directory)?"""
+    return not hurry and bool(config.lifecycle.post_run or record.staging)
+
+
 def _note_errors(state_dir: str, job_id: str, record: Record, errors: list[str]) -> None:
     record.errors = errors
     records.save(state_dir, record)
@@ -556,10 +592,14 @@ def removable(tree: Tree, made: bool, record: Record) -> bool:
     return tree.remove and (record.has_run(True) or made)
 
 
-def teardown_once(record: Record, unstage: bool = True) -> list[str]:
+def teardown_once(
+    record: Record, unstage: bool = True, handover: Handover | None = None
+) -> list[str]:
     """One attempt at the teardown state: unpin, end the job's processes, put scratch
     back, then for each tree: seal it, detach what is mounted in it, empty and detach
-    its capacity, remove it."""
+    its capacity, remove it (with a handover: rename it out of the job's way for the
+    release process, launcher.release, which also gets the last references to the job's
+    namespaces)."""
     errors: list[str] = []
     job_pins = record.pins
     job_id = record.job_id
@@ -571,18 +611,20 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
         dev, ino = job_pins.mnt_dev, job_pins.mnt_ino
         if held is not None and dev is not None and ino is not None:
             errors += pins.terminate_namespace(dev, ino, record.kill_wait, userns)
-        staging = Staging.from_record(record.staging)
+        staging = _staging(record)
         scratch = staging.scratch_tree if staging is not None else None
         keep_scratch = False
         if unstage and staging is not None and scratch is not None:
             # Seed 001: scratch is removed only once its content is back in the session
             # directory. After a successful stage-out it is empty; after a failed or
             # interrupted setup it holds the job's inputs, which go back where they were.
+            from jobns.launcher.stage_steps import unstage_session
+
             problems = unstage_session(record, staging)
             errors += problems
             keep_scratch = bool(problems)
         for t in record.trees:
-            errors += _release_tree(t, job_id, removable(t.tree, t.made, record))
+            errors += _release_tree(t, job_id, removable(t.tree, t.made, record), handover)
         scratch_rec = record.scratch_record()
         if (
             scratch is not None
@@ -591,26 +633,29 @@ def teardown_once(record: Record, unstage: bool = True) -> list[str]:
             and removable(scratch, scratch_rec.get("made", True) is True, record)
         ):
             fs.seal(scratch, fs.nothing_ours)
-            errors += fs.remove_recorded(scratch)
+            errors += _remove(scratch, fs.nothing_ours, handover)
         if held is not None and dev is not None and ino is not None:
             errors += pins.terminate_namespace(dev, ino, 0.0, userns)  # one that joined late
     finally:
-        if held is not None:
-            os.close(held)
-        if user is not None:
-            os.close(user[0])
+        for fd in (held, user[0] if user is not None else None):
+            if fd is not None:
+                _drop(fd, handover)
         for note in take_detached():
             warn(f"teardown {job_id}: {note}")
     return errors
 
 
-def _release_tree(t: TreeRecord, job_id: str, gone: bool) -> list[str]:
+def _release_tree(
+    t: TreeRecord, job_id: str, gone: bool, handover: Handover | None = None
+) -> list[str]:
     """One recorded tree at teardown: detach its cover (launcher.dirs), seal it (whatever
     the user mounted on its root is detached first), release its capacity (empty and
     detach a tmpfs; shut down, detach, truncate and unlink a disk image), remove it.
     Which mount on the root is the capacity is the record's to say (sizelimit.owner: the
     identity setup recorded), never the mount's source name, which her FUSE mount can
-    copy."""
+    copy. A capacity is emptied, made read-only and detached here, whatever its size
+    (what a held reference keeps is empty); with a handover the tree is then renamed
+    out of the job's way, for the release process (launcher.release)."""
     tree = t.tree
     errors: list[str] = []
     if t.cover is not None or dirs.covered(tree):
@@ -627,8 +672,24 @@ def _release_tree(t: TreeRecord, job_id: str, gone: bool) -> list[str]:
         # Unmount first: removal never crosses into another file system.
         errors += sizelimit.unmount(tree, ours)
     if gone:
-        errors += fs.remove_recorded(tree, ours)
+        errors += _remove(tree, ours, handover)
     return errors
+
+
+def _remove(tree: Tree, ours: Callable[[Mount], bool], handover: Handover | None) -> list[str]:
+    """A sealed tree, emptied of mounts: removed now, or renamed for the release process."""
+    if handover is None:
+        return fs.remove_recorded(tree, ours)
+    return handover.retire(tree, ours)
+
+
+def _drop(fd: int, handover: Handover | None) -> None:
+    """A namespace reference: its release process closes it (the kernel then frees the
+    namespace's mounts, which is not the epilog's wait), else closed now."""
+    if handover is not None:
+        handover.keep(fd)
+    else:
+        os.close(fd)
 
 
 def _still_mounted(record: Record) -> list[str]:
@@ -649,12 +710,27 @@ def teardown_locked(
     state_dir: str, job_id: str, record: Record, force: bool = False, hurry: bool = False
 ) -> None:
     """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
-    hurry: remove scratch without moving its content back (like scancel --hurry)."""
+    hurry: remove scratch without moving its content back (like scancel --hurry).
+    What the epilog renamed out of the job's way is then the release process's, even
+    after a failed attempt (launcher.release: what the epilog finishes, what it hands
+    over)."""
+    from jobns.launcher.release import Handover  # the epilog's only
+
+    handover = Handover(state_dir, job_id, record.user_name)
+    try:
+        _teardown_attempts(state_dir, job_id, record, force, hurry, handover)
+    finally:
+        handover.start()
+
+
+def _teardown_attempts(
+    state_dir: str, job_id: str, record: Record, force: bool, hurry: bool, handover: Handover
+) -> None:
     if record.state not in ("teardown", "teardown-fail"):
         records.enter(state_dir, record, "teardown")
     errors: list[str] = []
     for attempt in range(ATTEMPTS):
-        errors = teardown_once(record, unstage=not hurry)
+        errors = teardown_once(record, not hurry, handover)
         if not errors:
             records.enter(state_dir, record, "complete")
             errors = state.remove_job_dir(state_dir, job_id)

@@ -49,6 +49,8 @@ def mount_id(fd: int) -> str:
 
 def unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo.
+    if "\\" not in field:
+        return field  # nearly every field: no per-character walk (prolog and epilog)
     out, i = [], 0
     while i < len(field):
         code = field[i + 1 : i + 4]

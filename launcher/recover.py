@@ -8,7 +8,7 @@ import sys
 
 from jobns.launcher import config as config_mod
 from jobns.launcher import record as records
-from jobns.launcher import state
+from jobns.launcher import release, state
 from jobns.launcher.errors import JobnsError
 from jobns.launcher.inputs import Options
 from jobns.launcher.job import safe_component
@@ -25,7 +25,8 @@ def main(opts: Options, _command: list[str]) -> int:
         if raw
         else state.list_jobs(config.state_dir)
     )
-    problems = 0
+    # Epilogs' release processes that were killed (launcher.release): finished first.
+    problems = release.finish_all(config.state_dir, False, _report)
     for job_id in jobs:
         lock = state.JobLock(config.state_dir, job_id, blocking=False)
         try:
@@ -50,3 +51,8 @@ def main(opts: Options, _command: list[str]) -> int:
         finally:
             lock.__exit__()
     return 125 if problems else 0
+
+
+def _report(text: str, job_id: str, user: str, level: str) -> None:
+    print(text, file=sys.stderr if level == "error" else sys.stdout)
+    log(text, job_id or None, user or None, level=level)

@@ -20,13 +20,13 @@ through its fd, never by a path.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from jobns.launcher import fs, libc
 from jobns.launcher.errors import JobnsError
 from jobns.launcher.mountinfo import Identity
 from jobns.launcher.plan import TOP_MODE
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -24,12 +24,11 @@ crash or restart (``jobns recover``) replays exactly the same operations:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jobns.launcher.errors import JobnsError
 from jobns.launcher.job import safe_component
 from jobns.launcher.plan import Tree
 
+TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -16,8 +16,9 @@ Job state is private (SECURITY.md, rule 5): another user who could open a job's 
 could keep its namespace (and its capacity tmpfs) alive after teardown, or read its
 record. A POSIX ACL names exactly the job's user; the group and other bits stay empty.
 
-Every write is atomic (temporary file, fsync, rename), so a crash leaves the old
-record or the new one, never half of one.
+Every write is atomic (temporary file, then rename), so a crash leaves the old
+record or the new one, never half of one; on a state_dir that outlives a reboot (not
+tmpfs) the file is also fsynced before the rename (survives_reboot says why only there).
 
 While the job is not running (set up, or ending) run.env says so (``closed=<state>``)
 and no task may join: a task must neither see a half-staged job nor write into scratch
@@ -79,10 +80,21 @@ def touch(path: str, what: str) -> None:
         raise state_error(f"create {what}", path, e) from None
 
 
-def _mountpoints() -> set[str]:
-    from jobns.launcher import mountinfo
+def _is_mount_root(path: str) -> bool:
+    """Is path the root of a mount? Its mount id differs from its parent's ("..", which
+    leaves a mount root for the mount beneath): two fdinfo reads, not a parse of every
+    mount of the node on each prolog."""
+    from jobns.launcher.mountinfo import mount_id
 
-    return {m.point for m in mountinfo.mounts()}
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        parent = os.open("..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            return mount_id(fd) != mount_id(parent)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(fd)
 
 
 def ensure_state_dir(state_dir: str) -> None:
@@ -107,7 +119,7 @@ def ensure_state_dir(state_dir: str) -> None:
     # Job ids may be listed (as squeue lists them), so `jobns status` shows a user her own
     # jobs; what is in a job's directory stays private to root and its user.
     os.chmod(f"{state_dir}/{JOBS}", 0o755)  # noqa: S103 -- deliberate, see above
-    if state_dir not in _mountpoints():
+    if not _is_mount_root(state_dir):
         try:
             libc.mount(state_dir, state_dir, None, libc.MS_BIND)
             libc.mount(None, state_dir, None, libc.MS_PRIVATE)
@@ -171,8 +183,6 @@ def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> 
     if not uid:
         os.fchmod(fd, owner_perms << 6)
         return
-    import struct
-
     entries = (
         (_ACL_USER_OBJ, owner_perms, _NO_ID),
         (_ACL_USER, perms, uid),
@@ -180,7 +190,11 @@ def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> 
         (_ACL_MASK, perms, _NO_ID),
         (_ACL_OTHER, 0, _NO_ID),
     )
-    data = struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    # struct.pack("<I") and ("<HHI") by hand: the prolog need not import struct for this.
+    data = _ACL_VERSION.to_bytes(4, "little") + b"".join(
+        tag.to_bytes(2, "little") + perm.to_bytes(2, "little") + ident.to_bytes(4, "little")
+        for tag, perm, ident in entries
+    )
     try:
         os.setxattr(fd, "system.posix_acl_access", data)
     except OSError as e:
@@ -213,10 +227,14 @@ def private_dir(path: str, uid: int | None) -> bool:
     return made
 
 
-def write_atomic(path: str, data: bytes, reader: int | None = None, what: str = "") -> None:
+def write_atomic(
+    path: str, data: bytes, reader: int | None = None, what: str = "", durable: bool = True
+) -> None:
     """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it.
     Whatever fails, the temporary file is gone again (a full state_dir gets no litter)
-    and the error names the file; `what` says what it is (e.g. "job record")."""
+    and the error names the file; `what` says what it is (e.g. "job record").
+    durable=False: no fsync even where the file would outlive a reboot (a file that
+    means nothing after one, such as run.env: see survives_reboot)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     op = f"write {what}".rstrip()
     try:
@@ -229,7 +247,8 @@ def write_atomic(path: str, data: bytes, reader: int | None = None, what: str = 
         try:
             write_all(fd, data)
             grant(fd, path, 6, reader, 4)
-            os.fsync(fd)
+            if durable and survives_reboot(fd):
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -238,6 +257,27 @@ def write_atomic(path: str, data: bytes, reader: int | None = None, what: str = 
         if isinstance(e, OSError):
             raise state_error(op, path, e) from None
         raise
+
+
+_SURVIVES: dict[int, bool] = {}  # st_dev -> does a write there outlive the node's uptime?
+
+
+def survives_reboot(fd: int) -> bool:
+    """Is the file at fd on a file system that keeps its content over a reboot (not
+    tmpfs or ramfs, as the default state_dir under /run is on a systemd node)?
+
+    Only there does write_atomic fsync. Its rename alone keeps a record whole (the old
+    one or the new one) whenever jobns dies, since what was written is in the page
+    cache; an fsync adds durability only against a crash of the whole node, after which
+    a tmpfs holds nothing anyway. (On tmpfs an fsync costs next to nothing; where /run
+    is a disk, as on these VMs or in a container, each costs a journal commit, ~2 ms,
+    and the job record keeps it: recover reads it after a reboot. run.env never does.)"""
+    dev = os.fstat(fd).st_dev
+    known = _SURVIVES.get(dev)
+    if known is None:
+        known = libc.fs_type(fd) not in (libc.TMPFS_MAGIC, libc.RAMFS_MAGIC)
+        _SURVIVES[dev] = known
+    return known
 
 
 def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
@@ -328,7 +368,11 @@ def write_run_env(state_dir: str, job_id: str, values: dict[str, str], uid: int 
         if "\n" in k or "=" in k or "\n" in v:
             raise JobnsError(f"internal error: run.env value {k!r} has a newline or '='")
     body = "".join(f"{k}={v}\n" for k, v in {"version": RUN_ENV_VERSION, **values}.items())
-    write_atomic(f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode(), uid, "join record")
+    # Not durable: after a reboot the pins it names are gone (no task can join through
+    # it), and setup, recover and gc read the job record, never run.env.
+    write_atomic(
+        f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode(), uid, "join record", False
+    )
 
 
 def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:

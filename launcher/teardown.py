@@ -1,5 +1,6 @@
 """`jobns teardown` (the epilog): end what still runs in the job, stage out, drop the pins,
-remove the directories and the state. Safe to run twice, after a crash, or on a
+take the directories out of the job's way (a release process of their own removes them,
+launcher.release) and remove the state. Safe to run twice, after a crash, or on a
 half-set-up or refused job.
 
 A thin command over launcher.lifecycle.finish (post-run, staging-out, teardown). A

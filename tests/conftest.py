@@ -6,10 +6,12 @@ prerequisite is a failure, elsewhere a skip that says what is missing.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -152,11 +154,37 @@ class Sandbox:
         return env
 
     def leftovers(self) -> list[str]:
-        """Everything left in the bases (what a finished job must not leave)."""
+        """Everything left in the bases (what a finished job must not leave), once the
+        epilogs' release processes have finished their work."""
+        self.wait_released()
         out: list[str] = []
         for base in (self.local, self.shared, self.shm):
             out += [str(p) for p in base.iterdir()]
         return out
+
+    def wait_released(self, timeout: float = 60) -> None:
+        """Wait until no release process of an epilog is at work: jobns teardown returns
+        once a job's trees are renamed out of its way, and a process of its own removes
+        them (launcher.release), holding a lock on its record under state/releases."""
+        deadline = time.monotonic() + timeout
+        while any(_held(p) for p in sorted((self.state / "releases").glob("*"))):
+            assert time.monotonic() < deadline, "a release process is still at work"
+            time.sleep(0.02)
+
+
+def _held(path: Path) -> bool:
+    """Is the file locked (flock) by another process?"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 @pytest.fixture

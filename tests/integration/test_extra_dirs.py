@@ -45,7 +45,9 @@ class Dirs:
         )
 
     def left(self) -> list[str]:
-        """Anything of a job in the extra bases, on the host: trees, images, mounts, loops."""
+        """Anything of a job in the extra bases, on the host: trees, images, mounts, loops
+        (once the epilogs' release processes are done)."""
+        self.box.wait_released()
         out = [str(p) for b in self.bases for p in b.iterdir()]
         for _ in range(50):  # autoclear and the release process finish asynchronously
             if not loops_under(self.disk):

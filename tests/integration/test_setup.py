@@ -26,8 +26,10 @@ def setup(box: Sandbox, job: str, *extra: str) -> None:
 
 
 def teardown(box: Sandbox, job: str) -> None:
+    """The epilog, and its release process (launcher.release) done."""
     r = box.run(["teardown", "--job-id", job])
     assert r.returncode == 0, r.stderr
+    box.wait_released()
 
 
 def assert_clean(box: Sandbox) -> None:
@@ -367,10 +369,12 @@ def test_teardown_failure_is_retried_then_kept_as_teardown_fail(
     sandbox: Sandbox, users: list[OsUser]
 ) -> None:
     setup(sandbox, "960", "--user", users[0].name)
-    # An immutable file inside the job's tree (only root can set the flag: a node fault,
-    # not the user's doing): teardown fails for real until the administrator clears it.
-    stuck = sandbox.local / "job-960/tmp/stuck"
-    stuck.write_text("immutable")
+    # An immutable base directory (only root can set the flag: a node fault, not the
+    # user's doing): teardown can neither rename the job's tree out of the way for its
+    # release process nor remove it, and fails for real until the administrator clears
+    # it. (An immutable file deep inside fails the release instead, which gc reports:
+    # tests/integration/test_release.py.)
+    stuck = sandbox.local
     subprocess.run(["chattr", "+i", str(stuck)], check=True)
     try:
         r = sandbox.run(["teardown", "--job-id", "960"])
@@ -508,4 +512,18 @@ def test_root_joins_an_enforced_job_and_runs_as_its_owner(
     r = sandbox.run(["run", "--job-id", "1201", "--", "true"], user=alice)
     assert r.returncode == 125 and "SPANK plugin" in r.stderr, r.stderr
     teardown(sandbox, "1201")
+    assert_clean(sandbox)
+
+
+def test_the_state_directory_is_bound_onto_itself_once(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """Every setup checks that state_dir is a mount of its own (by mount id, without
+    reading the node's whole mount table) and binds it onto itself only the first time."""
+    for job in ("990", "991"):
+        setup(sandbox, job, "--user", users[0].name)
+    binds = [ln for ln in host_mounts().splitlines() if ln.split()[4] == str(sandbox.state)]
+    assert len(binds) == 1, binds
+    for job in ("990", "991"):
+        teardown(sandbox, job)
     assert_clean(sandbox)

@@ -129,7 +129,10 @@ def run_job(box: Sandbox, job: str, user: OsUser, cmd: str) -> str:
 
 
 def teardown(box: Sandbox, job: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return box.run(["teardown", "--job-id", job, *extra])
+    """The epilog, and its release process (launcher.release) done."""
+    r = box.run(["teardown", "--job-id", job, *extra])
+    box.wait_released()
+    return r
 
 
 def refused(

@@ -389,9 +389,14 @@ class World:
         )
 
     def teardown(
-        self, job: str, *extra: str, timeout: float = 120
+        self, job: str, *extra: str, timeout: float = 120, released: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        return self.box.run(["teardown", "--job-id", job, *extra], timeout=timeout)
+        """The epilog; released: then wait for its release process too (it removes what
+        the epilog renamed out of the job's way, launcher.release)."""
+        r = self.box.run(["teardown", "--job-id", job, *extra], timeout=timeout)
+        if released:
+            self.box.wait_released(timeout=timeout)
+        return r
 
     def run(
         self,

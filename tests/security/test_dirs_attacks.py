@@ -70,6 +70,7 @@ class Site:
             t.mkdir()
 
     def left(self) -> list[str]:
+        self.world.box.wait_released()  # the epilogs' release processes are done
         return [str(p) for b in self.bases for p in b.iterdir()] + job_mounts(self.world.box)
 
 

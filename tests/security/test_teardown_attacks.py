@@ -45,13 +45,20 @@ def fuse_mounts(world: World) -> list[str]:
     ]
 
 
-def timed_teardown(world: World, job: str, limit: float = 60) -> subprocess.CompletedProcess[str]:
+def timed_teardown(
+    world: World, job: str, limit: float = 60, released: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The epilog, in bounded time; released: then wait for its release process too (the
+    trees it renamed out of the job's way are removed after the epilog returns), for the
+    tests that look at what the removal did."""
     t0 = time.monotonic()
-    r = world.teardown(job, timeout=limit + 30)
+    r = world.teardown(job, timeout=limit + 30, released=False)
     elapsed = time.monotonic() - t0
     assert r.returncode == 0, (r.returncode, r.stderr)
     no_crash(r)
     assert elapsed < limit, f"teardown took {elapsed:.1f} s"
+    if released:
+        world.box.wait_released(timeout=limit)
     return r
 
 
@@ -117,7 +124,7 @@ def test_symlink_to_a_host_mount_point_in_her_tree_is_never_unmounted(
     assert r.returncode == 0, r.stderr
     fuse.mount(alice, tmp / "m")
     outside = outside_mounts(world)
-    timed_teardown(world, "61")
+    timed_teardown(world, "61", released=True)
     assert any(t == str(host_mnt) for t, _, _ in mounts()), "the host's mount was unmounted"
     assert (host_mnt / "precious").read_text() == "host data\n"
     assert outside_mounts(world) == outside
@@ -274,7 +281,7 @@ def test_symlinks_in_her_tree_to_root_dirs_and_files_are_only_unlinked(world: Wo
         ["sh", "-c", f"mv {local}/var_tmp {local}/var_tmp.old && ln -s {decoy} {local}/var_tmp"],
     )
     assert r.returncode == 0, r.stderr
-    timed_teardown(world, "64")
+    timed_teardown(world, "64", released=True)
     assert snapshot(decoy) == before
     world.assert_clean()
 
@@ -295,12 +302,35 @@ def test_tree_roots_swapped_for_symlinks_before_teardown(world: World) -> None:
         )
         assert r.returncode == 0, r.stderr
         moved.append(base / "alices-65")
-    timed_teardown(world, "65")
+    timed_teardown(world, "65", released=True)
     assert snapshot(decoy) == before
     for p in moved:
         if p.exists():
             assert p.lstat().st_uid == alice.uid
     world.assert_clean(keep=[p for p in moved if p.exists()])
+
+
+def test_per_node_job_dir_swapped_for_a_symlink_before_teardown(world: World) -> None:
+    """Attack: in the per-node layout alice renames her <shared_base>/job-N (the node's
+    tree is inside it) away and puts a symlink to a root-owned directory in its place,
+    before the epilog. Teardown then cannot reach the node's tree without following her
+    link. Defence: teardown follows nothing and exits 0 (her doing fails her job's
+    files, never the node: it used to exit 125, teardown-fail, draining the node); what
+    is left is hers: her renamed directory and her link."""
+    box, alice = world.box, world.alice
+    decoy = world.decoy()
+    before = snapshot(decoy)
+    assert world.setup("79", "--use-shared-tmpdir=per-node").returncode == 0
+    assert world.run("79", "echo x > /tmp/x", user=alice).returncode == 0
+    top, moved = box.shared / "job-79", box.shared / "alices-79"
+    r = world.as_user(alice, ["sh", "-c", f"mv {top} {moved} && ln -s {decoy} {top}"])
+    assert r.returncode == 0, r.stderr
+    timed_teardown(world, "79", released=True)
+    assert snapshot(decoy) == before
+    for root, dirs, names in os.walk(moved):
+        for n in [*dirs, *names]:
+            assert os.lstat(Path(root) / n).st_uid == alice.uid, f"{root}/{n} is not hers"
+    world.assert_clean(keep=[moved, top])
 
 
 def test_hard_links_to_root_owned_files_are_only_unlinked(world: World) -> None:
@@ -328,7 +358,7 @@ def test_hard_links_to_root_owned_files_are_only_unlinked(world: World) -> None:
     )
     assert r.returncode == 0, r.stderr
     os.link(private, box.local / "job-66/var_tmp/hl3")
-    timed_teardown(world, "66")
+    timed_teardown(world, "66", released=True)
     for f, mode, text in ((shared_log, 0o666, "root's log\n"), (private, 0o644, "root only\n")):
         st = f.lstat()
         assert (st.st_uid, stat.S_IMODE(st.st_mode), st.st_nlink) == (0, mode, 1)

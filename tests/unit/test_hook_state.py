@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from jobns.hook.state import CREATE, POSTSTOP, parse, stage_for
 from jobns.launcher import jsonfast
 from jobns.launcher.errors import JobnsError
-from jobns.launcher.validate import first_error, iter_errors
+from jobns.launcher.validate import first_error, iter_errors, valid
 from jobns.schemas.generated import SCHEMAS
 from tests.conftest import REPO
 
@@ -170,6 +170,7 @@ def mutated_states(draw: st.DrawFn) -> dict[str, Any]:
 def test_checker_agrees_with_jsonschema_on_oci_states(doc: Any) -> None:
     reference = jsonschema.Draft202012Validator(SCHEMA).is_valid(doc)
     assert (first_error(doc, SCHEMA) is None) == reference, list(iter_errors(doc, SCHEMA))
+    assert valid(doc, SCHEMA) == (not list(iter_errors(doc, SCHEMA)))
 
 
 # --- the JSON decoder --------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobns.launcher.validate import KNOWN, first_error, iter_errors
+from jobns.launcher.validate import KNOWN, first_error, iter_errors, valid
 from jobns.schemas import generate
 from jobns.schemas.generated import SCHEMAS
 
@@ -80,3 +80,5 @@ def test_checker_agrees_with_jsonschema(name: str, doc: Any) -> None:
     schema = SCHEMAS[name]
     reference = jsonschema.Draft202012Validator(schema).is_valid(doc)
     assert (first_error(doc, schema) is None) == reference, list(iter_errors(doc, schema))
+    # The fast verdict (first_error's) and the messages agree with each other too.
+    assert valid(doc, schema) == (not list(iter_errors(doc, schema)))
