@@ -12,13 +12,13 @@ when the base image was debootstrapped: every node of a rig has the same key, wh
 is all munge needs. Daemons run as root (SlurmUser=root), as in MACHINE.md's
 single-node recipe; proctrack/linuxproc and task/none keep cgroups out of it.
 
-jobns=True deploys jobns as README "Deploying on a Slurm cluster" documents for the
+jobns=True deploys jobns as docs/admin.md "Deploying on a Slurm cluster" documents for the
 packaged install (the node images have the jobns and jobns-slurm packages,
 containers/images.py): slurm.conf gets Prolog= and Epilog= naming the scripts the jobns
 package ships, /etc/jobns/slurm/{prolog,epilog} (JOBNS_CONF; no PrologFlags: a node's
 prolog runs before its first step); they are checked to be in place (root, 0755, /usr/bin/jobns).
 Tasks then run as `srun jobns run -- CMD`. enforce=True (with jobns=True) deploys as
-README "Enforced by Slurm" says: the line jobns-slurm ships commented in
+docs/admin.md "Enforced by Slurm" says: the line jobns-slurm ships commented in
 /etc/slurm/plugstack.conf.d/jobns.conf is uncommented on every node (sbatch and srun read
 it too; Debian's /etc/slurm/plugstack.conf includes that directory), and `[slurm] enforce
 = true` goes into every compute's jobns.toml. Other settings (TaskProlog=, ...) go

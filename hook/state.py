@@ -34,7 +34,8 @@ NOT_HERE = {
 FROM_STATUS = {"creating": CREATE, "created": CREATE, "stopped": POSTSTOP}
 MAX_STATE = 1 << 20
 FIX = (
-    "jobns hook is run by an OCI runtime with the container state on stdin (see README 'OCI hook')"
+    "jobns hook is run by an OCI runtime with the container state on stdin "
+    '(see docs/containers.md "OCI hook")'
 )
 
 

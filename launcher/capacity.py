@@ -2,10 +2,11 @@
 
 A capacity turns the job's tree into a size-limited file system of its own (a tmpfs,
 see launcher.sizelimit), so one job cannot fill the node's /dev/shm or /tmp: writing
-past it gives the job ENOSPC and touches nothing else. Sizes follow seed 003 (parsed by
+past it gives the job ENOSPC and touches nothing else. Sizes follow Slurm's burst-buffer units
+(parsed by
 launcher.directives.parse_capacity); the site's ``[capacity]`` section adds:
 
-  granularity   requests are rounded up to a multiple of it (seed 003 pool granularity)
+  granularity   requests are rounded up to a multiple of it (a burst-buffer pool's granularity)
   shm_max       larger shm requests reject the job (after rounding)
   tmp_max       the same for tmp
   shm_default   the capacity of a job that asks for none (default: no limit)

@@ -200,7 +200,7 @@ COMMANDS: dict[str, Command] = {
             "after a crash or restart: finish what was interrupted, by state (root)",
             [RECOVER_JOB, CONFIG],
             help="For every job on this node whose lock nobody holds (or --job-id), acts by "
-            "its recorded state as Slurm does after a slurmctld restart (seed 003): "
+            "its recorded state as Slurm does after a slurmctld restart: "
             "pending/staging-in/staged-in: teardown (inputs back), then set up again; "
             "pre-run: pre-run again; running: nothing; post-run/staging-out: post-run "
             "again, then stage-out and teardown; teardown/teardown-fail: teardown again; "

@@ -4,7 +4,7 @@ Where the file is: ``--config PATH``, else ``$JOBNS_CONFIG``, else
 ``/etc/jobns/jobns.toml``; when none of these exists the built-in defaults
 apply. A path named explicitly (flag or variable) must exist.
 
-The reference of every key is README "Configuration"; schemas/config.schema.json
+The reference of every key is docs/config.md; schemas/config.schema.json
 is the contract and is enforced here by launcher.validate (cheap) so that the
 task-launch path never imports jsonschema.
 """
@@ -27,7 +27,7 @@ DEFAULTS: dict[str, object] = {
 
 
 class ArcConfig:
-    """arc.conf's job-scratch options (seed 001), exported as RUNTIME_* variables."""
+    """arc.conf's job-scratch options (ARC), exported as RUNTIME_* variables."""
 
     __slots__ = ("movetool", "scratchdir", "shared_filesystem", "shared_scratch")
 
@@ -42,7 +42,7 @@ class ArcConfig:
 
 class StagingConfig:
     """[staging]: how setup finds an ARC job's session directory and which host
-    directories #JOBNS stage_in/stage_out may read from or write to (README "Staging")."""
+    directories #JOBNS stage_in/stage_out may read from or write to (docs/users.md "Staging")."""
 
     __slots__ = (
         "dynamic_scratch",
@@ -78,8 +78,9 @@ class LifecycleConfig:
 
 
 class DirConfig:
-    """One [[dirs]] entry: an extra job-private directory (README "Extra private
-    directories"). size is in bytes (config.parse turns the site's text into bytes)."""
+    """One [[dirs]] entry: an extra job-private directory (docs/admin.md
+    "Extra private directories"). size is in bytes (config.parse turns the site's text into
+    bytes)."""
 
     __slots__ = ("backing", "base", "options", "path", "size")
 
@@ -93,14 +94,14 @@ class DirConfig:
 
 
 def dir_size(value: object, path: str, source: str = "") -> int:
-    """A [[dirs]] size in bytes: an int, or seed 003 text ("200GiB") like a capacity's."""
+    """A [[dirs]] size in bytes: an int, or size text ("200GiB") like a capacity's."""
     where = f"read config {source or '(built-in)'}: [[dirs]] path = {path!r}: size = {value!r}"
     return size_bytes(value, where, "200GiB")
 
 
 def size_bytes(value: object, where: str, example: str) -> int:
-    """A size the site wrote in its config, in bytes: a positive int, or text in seed
-    003's units ("4GiB"); anything else is a JobnsError that starts with where."""
+    """A size the site wrote in its config, in bytes: a positive int, or text in the
+    capacities' units ("4GiB"); anything else is a JobnsError that starts with where."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise JobnsError(f'{where}: expected a size such as "{example}" or a number of bytes')
     if isinstance(value, int):
@@ -191,7 +192,7 @@ class Config:
         self.dirs = [DirConfig(d) for d in _list(raw.get("dirs")) if isinstance(d, dict)]
         self.lifecycle = LifecycleConfig(_section(raw, "lifecycle"))
         # [slurm] enforce: the site's SPANK plugin puts every task in the job's namespace,
-        # so the prolog makes that namespace root's (README "Enforced by Slurm").
+        # so the prolog makes that namespace root's (docs/admin.md "Enforced by Slurm").
         self.enforce = _section(raw, "slurm").get("enforce", False) is True
         # Where Slurm's commands are, if not in root's fixed directories (launcher.sysprog).
         self.slurm_bin = str(_section(raw, "slurm").get("bin_dir", ""))
@@ -230,7 +231,7 @@ def check(doc: dict[str, object], source: str) -> None:
 
     problem = first_error(doc, SCHEMAS["config.schema.json"])
     if problem is not None:
-        raise JobnsError(f"read config {source}: {problem} (see README 'Configuration')")
+        raise JobnsError(f"read config {source}: {problem} (see docs/config.md)")
     _check_text(doc, source, "")
     for key in ("local_base", "shm_base", "shared_base", "state_dir"):
         value = doc.get(key)
@@ -247,7 +248,7 @@ def check(doc: dict[str, object], source: str) -> None:
     ):
         raise JobnsError(
             f"read config {source}: [arc] shared_filesystem = false needs "
-            "scratchdir: jobs cannot find their files otherwise (seed 001)"
+            "scratchdir: jobs cannot find their files otherwise (ARC's job scratch)"
         )
     _check_staging(doc, source)
     _check_dirs(doc, source)
@@ -303,7 +304,7 @@ def _check_staging(doc: dict[str, object], source: str) -> None:
         if not scratchdir:
             raise JobnsError(
                 f"read config {source}: [staging] session_dir needs [arc] "
-                "scratchdir: the job's files are moved there (seed 001)"
+                "scratchdir: the job's files are moved there (ARC's job scratch)"
             )
         if not staging.get("session_roots"):
             raise JobnsError(

@@ -3,7 +3,7 @@
 PURE: nothing here touches the file system, the environment (except
 :meth:`Symbols.from_slurm_env` falling back to the current directory) or needs root, so
 every rule below is unit-tested without privileges. The model is Slurm's burst buffer
-directives (seed 003, ``#BB_LUA``), adapted to what jobns provides.
+directives (Slurm's burst_buffer.lua, ``#BB_LUA``), adapted to what jobns provides.
 
 Grammar
 -------
@@ -43,7 +43,7 @@ Decisions where the specification was silent:
 
 Capacities
 ----------
-See :func:`parse_capacity`. Suffixes are exactly the seed's spellings and are
+See :func:`parse_capacity`. Suffixes are exactly Slurm's burst-buffer spellings and are
 case-sensitive (``2gib`` is an error that suggests ``GiB``, never a guess: ``kb`` could as
 well mean kilobits). Decimals are allowed and rounded *up* to whole bytes.
 
@@ -80,7 +80,7 @@ from jobns.launcher.errors import JobnsError
 
 DEFAULT_WORD = "JOBNS"
 
-# Two backslash characters: the seed's "stop further processing of this line" marker.
+# Two backslash characters: burst_buffer.lua's "stop further processing of this line" marker.
 STOP = "\\\\"
 
 # Slurm's NO_VAL (0xfffffffe): the array task id Slurm substitutes for %a in a job that is
@@ -170,7 +170,7 @@ class NodeCount:
 
 
 def parse_capacity(text: str) -> int | NodeCount:
-    """A capacity as in seed 003: bytes (an int) or a :class:`NodeCount`.
+    """A capacity as in Slurm's burst-buffer requests: bytes (an int) or a :class:`NodeCount`.
 
     ``NUMBER[SUFFIX]``: ``K|KiB M|MiB G|GiB T|TiB P|PiB`` are powers of 1024, ``KB MB GB TB
     PB`` powers of 1000, ``N`` nodes; no suffix means bytes. Suffixes are case-sensitive.
@@ -238,7 +238,7 @@ def _bytes(text: str, amount: Fraction, unit: int) -> int:
 
 
 def round_up(size: int, granularity: int) -> int:
-    """size rounded up to the next multiple of granularity (seed 003 pool granularity).
+    """size rounded up to the next multiple of granularity (a burst-buffer pool's granularity).
 
     A request below the granularity becomes one granule; a multiple is unchanged.
     """
@@ -327,7 +327,7 @@ _SYMBOLS: dict[str, tuple[Callable[[Symbols], str | None], str, str]] = {
 
 
 def substitute(path: str, symbols: Symbols) -> str:
-    """path with the seed's symbols replaced, in one left-to-right pass.
+    """path with Slurm's filename symbols replaced, in one left-to-right pass.
 
     ``%%`` -> ``%``, ``%A`` array master job id (the job id outside an array), ``%a`` array
     task id (``4294967294``, Slurm's NO_VAL, outside an array), ``%d`` working directory,

@@ -631,8 +631,8 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
                 (
                     PROBLEM,
                     f"{conf} has no {name}=; fix: {name}=/etc/jobns/slurm/{key} "
-                    f'(a script that execs {want}, README "Deploying on a Slurm '
-                    'cluster")',
+                    f"(a script that execs {want}; "
+                    'docs/admin.md "Deploying on a Slurm cluster")',
                 )
             )
             continue
@@ -726,8 +726,8 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                     PROBLEM,
                     f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
                     "plugin: jobs get root's namespaces that no task enters; fix: add "
-                    f"'required {installed_spank_plugin()}' to it (README \"Enforced by "
-                    'Slurm"), or unset enforce',
+                    f"'required {installed_spank_plugin()}' to it "
+                    '(docs/admin.md "Enforced by Slurm"), or unset enforce',
                 )
             ]
         return [
@@ -957,7 +957,7 @@ def sshd_pam(path: str, slurm_values: dict[str, str]) -> list[Finding]:
             (
                 NOTE,
                 f"{path} has no pam_slurm_adopt: ssh logins to this node run outside "
-                'every job\'s namespace (README "Enforced by Slurm", ssh)',
+                'every job\'s namespace (docs/admin.md "Enforced by Slurm", ssh)',
             )
         ]
     fix = (

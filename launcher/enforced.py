@@ -1,4 +1,4 @@
-"""Tasks of a job the site enforces through Slurm (README "Enforced by Slurm").
+"""Tasks of a job the site enforces through Slurm (docs/admin.md "Enforced by Slurm").
 
 The jobns SPANK plugin (hook/spank/jobns_spank.c) joins each task to its job's namespace
 as root, before slurmstepd drops privileges, and exports JOBNS_JOINED="<job id>:<st_dev>:

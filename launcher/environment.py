@@ -21,7 +21,7 @@ def job_environment(config: Config, job: Job) -> dict[str, str]:
     env = {
         "TMPDIR": "/tmp",
         "JOBNS_JOB_ID": job.job_id,
-        # Seed 002: system tmpdir for rendezvous files, server/session tmpdir,
+        # PMIx: system tmpdir for rendezvous files, server/session tmpdir,
         # one directory per namespace and one per process under it.
         "PMIX_SYSTEM_TMPDIR": "/tmp",
         "PMIX_SERVER_TMPDIR": PMIX_TOP,
@@ -33,7 +33,7 @@ def job_environment(config: Config, job: Job) -> dict[str, str]:
     }
     arc = config.arc
     if arc is not None:
-        # Seed 001: the variables ARC's job wrapper reads. Empty means "no".
+        # ARC: the variables ARC's job wrapper reads. Empty means "no".
         env["RUNTIME_NODE_SEES_FRONTEND"] = "yes" if arc.shared_filesystem else ""
         env["RUNTIME_LOCAL_SCRATCH_DIR"] = arc.scratchdir
         if arc.movetool:

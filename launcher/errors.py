@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-# Exit codes, as documented in README "Exit codes". 126/127 and 128+N follow the shell.
+# Exit codes, as documented in docs/command-line.md "Exit codes". 126/127 and 128+N follow the
+# shell.
 EXIT_OK = 0
 EXIT_JOBNS_FAILED = 125
 EXIT_NOT_EXECUTABLE = 126
@@ -26,7 +27,7 @@ class UserError(JobnsError):
     unwritable stage-out destination, a mount or writer in the job's tree, a container
     that is not hers). It fails that user's job, never the node: setup and teardown
     record it and exit 0, and every task of the job then exits 125 with the reason
-    (README "Who is failed by what")."""
+    (docs/admin.md "Who is failed by what")."""
 
 
 def printable_path(path: str, what: str) -> str:

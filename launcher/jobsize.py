@@ -13,7 +13,7 @@ the job credential does not carry it either. Two ways, for the site to choose:
                                 job, so off by default; a failed call or an answer it
                                 cannot read falls back to the site default, with a warning.
   a job_submit.lua rule         copies the request into the comment, which the prolog
-                                does get (README "Disk capacities"): no RPC at all.
+                                does get (docs/admin.md "Disk capacities"): no RPC at all.
 
 shm: ``shm_memory_fraction`` (0 < f <= 1) of the job's memory limit, read from its
 memory cgroup when one exists at prolog time (``memory_cgroup``, a path with %j for

@@ -1,4 +1,4 @@
-"""A job's life on this node as seed 003's burst-buffer states: persisted, resumable.
+"""A job's life on this node as Slurm's burst-buffer states: persisted, resumable.
 
   jobns setup      pending -> staging-in -> staged-in -> pre-run -> running
                    (or refused: the job's user asked for something impossible)
@@ -26,7 +26,7 @@ every step can run again:
   teardown-fail     kept for the administrator          teardown again
   complete          the record is removed next          forget it
 
-Who is failed by what (SECURITY.md rule 2; README "Who is failed by what"): a problem
+Who is failed by what (SECURITY.md rule 2; docs/admin.md "Who is failed by what"): a problem
 the job's user caused (launcher.errors.UserError: a bad directive, an impossible
 capacity, stage-in inputs she cannot read, a session directory not hers, a stage-out
 destination she cannot write, a mount or a writer in her tree) fails her job, never
@@ -39,7 +39,7 @@ directory first). A failing post-run program is reported and the epilog goes on
 (outputs must still be saved). A failing stage-out keeps the job in staging-out with
 every output in scratch or in the session directory: `jobns teardown` again resumes
 it, `jobns teardown --hurry` discards what is left. A job that never ran gets no
-post-run and no stage_out copies (seed 003: a job that never ran goes straight to
+post-run and no stage_out copies (as Slurm's burst buffer: a job that never ran goes straight to
 teardown), but its session inputs still go back.
 """
 
@@ -615,7 +615,7 @@ def teardown_once(
         scratch = staging.scratch_tree if staging is not None else None
         keep_scratch = False
         if unstage and staging is not None and scratch is not None:
-            # Seed 001: scratch is removed only once its content is back in the session
+            # ARC's job scratch: it is removed only once its content is back in the session
             # directory. After a successful stage-out it is empty; after a failed or
             # interrupted setup it holds the job's inputs, which go back where they were.
             from jobns.launcher.stage_steps import unstage_session
@@ -709,7 +709,7 @@ def _still_mounted(record: Record) -> list[str]:
 def teardown_locked(
     state_dir: str, job_id: str, record: Record, force: bool = False, hurry: bool = False
 ) -> None:
-    """The teardown state: tried ATTEMPTS times, then teardown-fail (seed 003).
+    """The teardown state: tried ATTEMPTS times, then teardown-fail (as Slurm's burst buffer).
     hurry: remove scratch without moving its content back (like scancel --hurry).
     What the epilog renamed out of the job's way is then the release process's, even
     after a failed attempt (launcher.release: what the epilog finishes, what it hands
@@ -740,7 +740,7 @@ def _teardown_attempts(
         records.save(state_dir, record)
         if attempt + 1 < ATTEMPTS:
             time.sleep(RETRY_PAUSE)
-    # One failed epilog counts once, whatever its attempts (seed 003: teardown-fail
+    # One failed epilog counts once, whatever its attempts (as Slurm's burst buffer: teardown-fail
     # after three tries; `jobns status` shows how many epilogs have failed).
     record.teardown_failures += 1
     records.enter(state_dir, record, "teardown-fail")
@@ -771,7 +771,8 @@ def _teardown_attempts(
 
 
 def recover_one(config: Config, job_id: str, record: Record) -> str:
-    """Act on an interrupted job by its recorded state (seed 003, slurmctld restart)."""
+    """Act on an interrupted job by its recorded state (as Slurm's burst buffer after a slurmctld
+    restart)."""
     st = record.state
     if st in ("running", state.REFUSED):
         return f"{st}: nothing to do"

@@ -6,7 +6,7 @@ and user, as `jobns[PID]: <command> job=<id> user=<name>: <what>` (facility daem
 `journalctl -t jobns`, or /var/log/syslog with rsyslog). Never on the `jobns run` path:
 only the root commands import this module, and only when they log.
 
-Test hook (README "Logs"): with JOBNS_TEST_SYSLOG_SOCKET=<path> in root's environment the
+Test hook (docs/admin.md "Logs"): with JOBNS_TEST_SYSLOG_SOCKET=<path> in root's environment the
 lines go, in the same RFC 3164 form the C library sends to /dev/log, to that datagram
 socket instead, so a test can read them without a syslog daemon.
 """

@@ -109,7 +109,7 @@ def render() -> str:
         ),
         ".SH SEE ALSO",
         "\\fBslurm.conf\\fR(5), \\fBsrun\\fR(1), \\fBunshare\\fR(1), "
-        "\\fBsystemd.timer\\fR(5); README.md of jobns",
+        "\\fBsystemd.timer\\fR(5); README.md and docs/ of jobns",
     ]
     return "\n".join(out) + "\n"
 

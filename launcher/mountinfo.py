@@ -148,6 +148,6 @@ def propagation_warning() -> str:
         return (
             "/ is a private mount on this node, so file systems the host mounts after a "
             "job started (NFS, autofs) never appear inside the job; make it shared at "
-            'boot (mount --make-rshared /, as systemd does) - README "Mount propagation"'
+            'boot (mount --make-rshared /, as systemd does) - docs/design.md "Mount propagation"'
         )
     return ""

@@ -1,6 +1,6 @@
 """Create or join a job's mount namespace and apply a plan's binds. Runs in the task child.
 
-Two modes (README "Modes"):
+Two modes (docs/design.md "Two modes, chosen by who runs it"):
 - root: a plain mount namespace; the task switches to the job user afterwards.
 - unprivileged: a user namespace that maps only the caller's uid and gid, plus a
   mount namespace owned by it (the way every task runs under Slurm, because
@@ -116,7 +116,7 @@ def bind(
     bind's options: noexec, ro).
 
     Mounting from /proc/self/fd/N uses the directory opened before any bind, so
-    binding job-ID/tmp over /tmp cannot hide job-ID/var_tmp (seed 000's pitfall),
+    binding job-ID/tmp over /tmp cannot hide job-ID/var_tmp (the ordering pitfall),
     and a symlink swapped in since cannot redirect the mount. site: a [[dirs]] path,
     which may lie below directories a user can write: it is reached without following
     any symbolic link, and the mount and its remount go through fds, never the name.
@@ -236,7 +236,7 @@ def apply_binds(
     First every source is opened again here, by a walk that never follows a symlink,
     and checked to be the directory verified before (expected: its (st_dev, st_ino)); a
     bind source must belong to the caller's mount namespace, and opening them all before
-    the first bind is what makes seed 000's ordering trap impossible. Then each is bound
+    the first bind is what makes that ordering trap impossible. Then each is bound
     over its target: by default the path b.target in this namespace; the hook passes
     `place` (resolve the target under a container's rootfs) and `bind_one` (bind there).
     Returns what each bind_one returned.

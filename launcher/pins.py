@@ -363,7 +363,8 @@ def hold(pinned: Pins) -> int | None:
 
 
 def terminate(pinned: Pins, kill_wait: float) -> list[str]:
-    """End every process left in the job's namespace (seed 004), keeping the pins."""
+    """End every process left in the job's namespace (as slurmstepd ends a step), keeping the
+    pins."""
     held = hold(pinned)
     if held is None:
         return []

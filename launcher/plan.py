@@ -1,7 +1,7 @@
 """PURE planning: config + job -> the directories, binds and environment of a job.
 
 Nothing here touches the system, so every layout is unit-tested without root.
-The layouts are seed 000's three tables:
+The layouts are the three of docs/design.md "Directory layouts":
 
   local      <local_base>/job-ID/{tmp,var_tmp}            + <shm_base>/job-ID
   shared     <shared_base>/job-ID/{tmp,var_tmp}           + <shm_base>/job-ID

@@ -1,7 +1,7 @@
 """[lifecycle] pre_run and post_run: the site's programs, run as root in the host's
 namespaces, never inside the job's (the job's namespace is its user's: SECURITY.md
 rule 1). They get the job's variables and JOBNS_* (host paths, pins); a program that
-must act inside the job does so as the job user (README "Acting inside a job"). The
+must act inside the job does so as the job user (docs/users.md "Acting inside a job"). The
 pre-run program also gets JOBNS_FILL: a writable view of each extra directory with
 options, $JOBNS_FILL<path>, the one way to fill an `ro` one (launcher.dirs.fill)."""
 
@@ -47,7 +47,7 @@ def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
             "JOBNS_HOST_VAR_TMP": dirs.get("/var/tmp", ""),
             "JOBNS_HOST_SHM": dirs.get("/dev/shm", ""),
             # The job's namespaces, for a program that must act in the job: as the job user
-            # only (README "Acting inside a job"), never as root: the namespace is hers.
+            # only (docs/users.md "Acting inside a job"), never as root: the namespace is hers.
             "JOBNS_MNT_NS": record.pins.mnt or "",
             "JOBNS_USER_NS": record.pins.user or "",
             "JOBNS_SESSION_DIR": (staging.session_dir or "") if staging else "",

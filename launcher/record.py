@@ -385,7 +385,7 @@ def run_env_values(record: Record, config: Config) -> dict[str, str]:
         scratchdir = arc.scratchdir
         staging = record.staging
         if isinstance(staging, dict) and staging.get("runtime_scratchdir"):
-            # Dynamic scratch: ARC's wrapper appends <arc-job-id> to this (seed 001).
+            # Dynamic scratch: ARC's wrapper appends <arc-job-id> to this (ARC's ENV/LRMS-SCRATCH).
             scratchdir = str(staging["runtime_scratchdir"])
         values.update(
             {

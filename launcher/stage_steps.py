@@ -1,7 +1,7 @@
-"""The staging steps of a job's life (seed 001 and 003): stage_in and stage_out copies,
-the ARC session directory moved into scratch and back. Each runs in a worker that is
-the job user (launcher.transfer.as_user), so whatever the user's paths point at, root
-never reads or writes through them."""
+"""The staging steps of a job's life (ARC's session staging and #JOBNS
+stage_in/stage_out): stage_in and stage_out copies, the ARC session directory moved into
+scratch and back. Each runs in a worker that is the job user (launcher.transfer.as_user),
+so whatever the user's paths point at, root never reads or writes through them."""
 
 from __future__ import annotations
 

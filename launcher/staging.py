@@ -1,9 +1,9 @@
-"""PURE: what a job stages, from where to where, as host paths (README "Staging").
+"""PURE: what a job stages, from where to where, as host paths (docs/users.md "Staging").
 
 Two kinds of staging, both decided here at setup and recorded with the job, so that a
 crash or restart (``jobns recover``) replays exactly the same operations:
 
-* **Session staging** (seed 001, ARC): the job's *session directory*
+* **Session staging** (ARC, the NorduGrid middleware): the job's *session directory*
   ``<session root>/<arc-job-id>`` is moved into its *scratch directory* on the node,
   ``<scratchdir>/<arc-job-id>`` (or ``<scratchdir>/<lrms-job-id>/<arc-job-id>`` with
   ``[staging] dynamic_scratch``), before the job runs; ``stdout`` and ``stderr`` (``[staging]
@@ -14,7 +14,8 @@ crash or restart (``jobns recover``) replays exactly the same operations:
   ARC submits), in both cases confined to ``[staging] session_roots``; a template that
   leads outside them means "not an ARC job": no session staging.
 * **Directives** ``#JOBNS stage_in|stage_out source=... destination=...`` copy a file or a
-  directory in before the job and out after it. Paths take seed 003's symbols. The
+  directory in before the job and out after it. Paths take Slurm's filename symbols (%j, %u, %d,
+  ...). The
   *job side* (stage_in destination, stage_out source) is a path as the job sees it, below
   /tmp, /var/tmp, /dev/shm or its scratch directory; the *host side* (stage_in source,
   stage_out destination) must lie below ``[staging] stage_roots`` or the job's session
@@ -161,7 +162,7 @@ class Staging:
 
 
 def symbols_for(job: Job, environ: Mapping[str, str]) -> Symbols:
-    """Seed 003's symbols for this job: jobns's job id and user win over the environment;
+    """Slurm's filename symbols for this job: jobns's job id and user win over the environment;
     the rest comes from Slurm's prolog variables. %d is unknown outside Slurm (the
     prolog's own working directory means nothing)."""
 

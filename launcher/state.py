@@ -345,7 +345,7 @@ PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
 
 
 def pause_point(point: str) -> None:
-    """Test hook (README "Test hooks"): with JOBNS_TEST_PAUSE_IN=<point> jobns stops
+    """Test hook (docs/development.md "Test hooks"): with JOBNS_TEST_PAUSE_IN=<point> jobns stops
     itself (SIGSTOP) there, so a test can SIGKILL it in exactly that state."""
     if os.environ.get(PAUSE_VAR) == point:
         from jobns.launcher.fastimport import signal

@@ -1,6 +1,6 @@
 """Fork/exec a task, forward signals, escalate SIGTERM to SIGKILL, reap everything.
 
-Like slurmstepd (seed 004) and unlike tini/dumb-init: jobns is a child
+Like slurmstepd and unlike tini/dumb-init: jobns is a child
 subreaper, so a daemon the task double-forks or setsid()s is re-parented to
 jobns and cannot outlive the job; termination sends SIGCONT+SIGTERM to every
 descendant, waits kill_wait seconds, SIGKILLs whatever is left and waits for
@@ -230,7 +230,8 @@ class Supervisor:
                 self._take_tty_back()
 
     def terminate(self) -> None:
-        """Seed 004: SIGCONT and SIGTERM to every task process; SIGKILL after kill_wait."""
+        """As slurmstepd ends a step: SIGCONT and SIGTERM to every task process; SIGKILL after
+        kill_wait."""
         if self.terminating:
             self.kill()
             return

@@ -189,7 +189,7 @@ class Transfer:
 
     def _commit(self) -> None:
         self.committed += 1
-        # Test hook (README "Test hooks"): stop right after the Nth file is in place.
+        # Test hook (docs/development.md "Test hooks"): stop right after the Nth file is in place.
         if self._pause == f"{self.phase}@{self.committed}":
             os.kill(os.getpid(), signal.SIGSTOP)
 

@@ -1,6 +1,6 @@
 """Write schemas/generated.py: every schemas/*.json as a Python literal.
 
-The launch path must not import json or jsonschema (README "Speed"), so it
+The launch path must not import json or jsonschema (docs/speed.md "What jobns costs"), so it
 reads the schemas from this generated module. Run ``python -m schemas.generate``
 after editing a schema; tests/unit/test_schemas.py fails while they differ.
 """

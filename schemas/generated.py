@@ -4,32 +4,93 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                         '$schema': 'https://json-schema.org/draft/2020-12/schema',
                         'additionalProperties': False,
                         'properties': {'arc': {'additionalProperties': False,
-                                               'description': 'arc.conf job scratch options (seed '
-                                                              '001).',
-                                               'properties': {'movetool': {'maxLength': 4096,
+                                               'description': "arc.conf's job-scratch options "
+                                                              '(ARC, the NorduGrid middleware), '
+                                                              'exported to the job as `RUNTIME_*` '
+                                                              'variables: see docs/users.md '
+                                                              '"Staging".',
+                                               'properties': {'movetool': {'default': '',
+                                                                           'description': 'Sets '
+                                                                                          '`RUNTIME_LOCAL_SCRATCH_MOVE_TOOL`.',
+                                                                           'maxLength': 4096,
                                                                            'type': 'string'},
-                                                              'scratchdir': {'maxLength': 4096,
+                                                              'scratchdir': {'default': '',
+                                                                             'description': 'Sets '
+                                                                                            '`RUNTIME_LOCAL_SCRATCH_DIR`; '
+                                                                                            'required '
+                                                                                            'when '
+                                                                                            '`shared_filesystem '
+                                                                                            '= '
+                                                                                            'false`.',
+                                                                             'maxLength': 4096,
                                                                              'type': 'string'},
-                                                              'shared_filesystem': {'type': 'boolean'},
-                                                              'shared_scratch': {'maxLength': 4096,
+                                                              'shared_filesystem': {'default': True,
+                                                                                    'description': "arc.conf's "
+                                                                                                   'option: '
+                                                                                                   'sets '
+                                                                                                   '`RUNTIME_NODE_SEES_FRONTEND`.',
+                                                                                    'type': 'boolean'},
+                                                              'shared_scratch': {'default': '',
+                                                                                 'description': 'Sets '
+                                                                                                '`RUNTIME_FRONTEND_SEES_NODE`.',
+                                                                                 'maxLength': 4096,
                                                                                  'type': 'string'}},
                                                'type': 'object'},
                                        'capacity': {'additionalProperties': False,
-                                                    'description': 'Size-limited /dev/shm and /tmp '
-                                                                   "(README 'Capacities').",
-                                                    'properties': {'fs_type': {'description': 'File '
+                                                    'description': 'Size-limited `/dev/shm` and '
+                                                                   '`/tmp`: see docs/users.md '
+                                                                   '"Capacities" and docs/admin.md '
+                                                                   '"Disk capacities". Sizes are a '
+                                                                   'number of bytes or text: '
+                                                                   '`K`/`KiB`, `M`/`MiB`, '
+                                                                   '`G`/`GiB`, `T`/`TiB` are '
+                                                                   'powers of 1024, `KB`, `MB`, '
+                                                                   '`GB`, `TB` powers of 1000.',
+                                                    'properties': {'fs_type': {'default': 'ext4',
+                                                                               'description': 'The '
+                                                                                              'file '
                                                                                               'system '
                                                                                               'made '
                                                                                               'in '
+                                                                                              'an '
+                                                                                              'image: '
+                                                                                              '`"ext4"` '
+                                                                                              'or '
+                                                                                              '`"xfs"`; '
                                                                                               'a '
+                                                                                              'smaller '
+                                                                                              'capacity '
+                                                                                              'is '
+                                                                                              'rounded '
+                                                                                              'up '
+                                                                                              'to '
+                                                                                              'the '
+                                                                                              'file '
+                                                                                              "system's "
+                                                                                              'minimum '
+                                                                                              '(ext4 '
+                                                                                              '1 '
+                                                                                              'MiB, '
+                                                                                              'xfs '
+                                                                                              '300 '
+                                                                                              'MiB), '
+                                                                                              'and '
+                                                                                              'a '
+                                                                                              '`tmp_max` '
+                                                                                              'or '
+                                                                                              '`[[dirs]]` '
                                                                                               'disk '
-                                                                                              "capacity's "
-                                                                                              'image '
-                                                                                              '(default '
-                                                                                              'ext4).',
+                                                                                              '`size` '
+                                                                                              'below '
+                                                                                              'it '
+                                                                                              'is '
+                                                                                              'a '
+                                                                                              'config '
+                                                                                              'error.',
                                                                                'enum': ['ext4',
                                                                                         'xfs']},
-                                                                   'granularity': {'description': 'Requests '
+                                                                   'granularity': {'description': 'Capacity '
+                                                                                                  'requests '
                                                                                                   'are '
                                                                                                   'rounded '
                                                                                                   'up '
@@ -38,11 +99,22 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                   'multiple '
                                                                                                   'of '
                                                                                                   'this '
-                                                                                                  '(seed '
-                                                                                                  '003 '
-                                                                                                  'pool '
+                                                                                                  '(like '
+                                                                                                  'a '
+                                                                                                  'burst-buffer '
+                                                                                                  "pool's "
                                                                                                   'granularity); '
-                                                                                                  'default '
+                                                                                                  'a '
+                                                                                                  'size '
+                                                                                                  'such '
+                                                                                                  'as '
+                                                                                                  '`"1MiB"` '
+                                                                                                  'or '
+                                                                                                  'a '
+                                                                                                  'number '
+                                                                                                  'of '
+                                                                                                  'bytes. '
+                                                                                                  'Default: '
                                                                                                   '1 '
                                                                                                   'byte.',
                                                                                    'maxLength': 40,
@@ -55,28 +127,32 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                     'a '
                                                                                                     "job's "
                                                                                                     'memory '
-                                                                                                    'limit '
-                                                                                                    '(%j '
+                                                                                                    'limit, '
+                                                                                                    '`%j` '
                                                                                                     'job '
                                                                                                     'id, '
-                                                                                                    '%u '
-                                                                                                    'uid); '
-                                                                                                    'default: '
+                                                                                                    '`%u` '
+                                                                                                    'uid. '
+                                                                                                    'Default: '
                                                                                                     "Slurm's "
                                                                                                     'cgroup '
-                                                                                                    'v2 '
+                                                                                                    'v2, '
                                                                                                     'then '
                                                                                                     'v1 '
                                                                                                     'layout.',
                                                                                      'pattern': '^/',
                                                                                      'type': 'string'},
-                                                                   'node_reserve': {'description': 'Space '
+                                                                   'node_reserve': {'default': 0,
+                                                                                    'description': 'Space '
                                                                                                    'of '
-                                                                                                   'scratch_base '
+                                                                                                   '`scratch_base` '
                                                                                                    'never '
                                                                                                    'promised '
                                                                                                    'to '
-                                                                                                   'jobs: '
+                                                                                                   'jobs '
+                                                                                                   '(the '
+                                                                                                   'per-node '
+                                                                                                   'cap): '
                                                                                                    'the '
                                                                                                    'sum '
                                                                                                    'of '
@@ -95,36 +171,47 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                     'minimum': 0,
                                                                                     'type': ['string',
                                                                                              'integer']},
-                                                                   'scratch_base': {'description': 'Local '
-                                                                                                   'directory '
-                                                                                                   "(root's, "
-                                                                                                   '0700) '
+                                                                   'scratch_base': {'default': '/var/lib/jobns/scratch',
+                                                                                    'description': 'A '
+                                                                                                   'local '
+                                                                                                   'disk '
+                                                                                                   'directory, '
+                                                                                                   "root's "
+                                                                                                   'and '
+                                                                                                   '0700 '
+                                                                                                   '(made '
+                                                                                                   'if '
+                                                                                                   'missing), '
                                                                                                    'holding '
                                                                                                    'the '
                                                                                                    'disk '
                                                                                                    "capacities' "
-                                                                                                   'image '
-                                                                                                   'files '
-                                                                                                   '(default '
-                                                                                                   '/var/lib/jobns/scratch).',
+                                                                                                   'images; '
+                                                                                                   'nothing '
+                                                                                                   'else '
+                                                                                                   'may '
+                                                                                                   'live '
+                                                                                                   'there.',
                                                                                     'pattern': '^/',
                                                                                     'type': 'string'},
-                                                                   'shm_default': {'description': 'shm '
+                                                                   'shm_default': {'description': 'The '
+                                                                                                  'shm '
                                                                                                   'capacity '
                                                                                                   'of '
                                                                                                   'jobs '
                                                                                                   'that '
                                                                                                   'ask '
                                                                                                   'for '
-                                                                                                  'none '
-                                                                                                  '(default: '
+                                                                                                  'none. '
+                                                                                                  'Default: '
                                                                                                   'no '
-                                                                                                  'limit).',
+                                                                                                  'limit.',
                                                                                    'maxLength': 40,
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
-                                                                   'shm_max': {'description': 'Largest '
+                                                                   'shm_max': {'description': 'The '
+                                                                                              'largest '
                                                                                               'shm '
                                                                                               'capacity '
                                                                                               'a '
@@ -136,7 +223,10 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                               'requests '
                                                                                               'reject '
                                                                                               'the '
-                                                                                              'job.',
+                                                                                              'job. '
+                                                                                              'Default: '
+                                                                                              'no '
+                                                                                              'limit.',
                                                                                'maxLength': 40,
                                                                                'minimum': 1,
                                                                                'type': ['string',
@@ -150,6 +240,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                           'gets '
                                                                                                           'this '
                                                                                                           'fraction '
+                                                                                                          '(0-1] '
                                                                                                           'of '
                                                                                                           'its '
                                                                                                           'memory '
@@ -158,114 +249,138 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                           'as '
                                                                                                           'its '
                                                                                                           'shm '
-                                                                                                          'capacity '
-                                                                                                          '(capped '
+                                                                                                          'capacity, '
+                                                                                                          'capped '
                                                                                                           'at '
-                                                                                                          'shm_max).',
+                                                                                                          '`shm_max`. '
+                                                                                                          'Default: '
+                                                                                                          'none.',
                                                                                            'maximum': 1,
                                                                                            'minimum': 0.001,
                                                                                            'type': 'number'},
-                                                                   'tmp_backing': {'description': 'What '
+                                                                   'tmp_backing': {'default': 'tmpfs',
+                                                                                   'description': 'What '
                                                                                                   'holds '
                                                                                                   'a '
                                                                                                   'tmp '
                                                                                                   'capacity: '
-                                                                                                  'a '
-                                                                                                  'size-limited '
-                                                                                                  'tmpfs '
-                                                                                                  'in '
-                                                                                                  'RAM '
-                                                                                                  '(default), '
+                                                                                                  '`"tmpfs"` '
+                                                                                                  '(RAM) '
                                                                                                   'or '
-                                                                                                  'a '
+                                                                                                  '`"disk"` '
+                                                                                                  '(a '
                                                                                                   'loop-mounted '
                                                                                                   'image '
-                                                                                                  'file '
                                                                                                   'on '
-                                                                                                  'scratch_base '
-                                                                                                  '(README '
-                                                                                                  "'Disk "
-                                                                                                  "capacities').",
+                                                                                                  '`scratch_base`, '
+                                                                                                  'see '
+                                                                                                  'docs/admin.md '
+                                                                                                  '"Disk '
+                                                                                                  'capacities").',
                                                                                    'enum': ['tmpfs',
                                                                                             'disk']},
-                                                                   'tmp_default': {'description': 'tmp '
+                                                                   'tmp_default': {'description': 'The '
+                                                                                                  'tmp '
                                                                                                   'capacity '
                                                                                                   'of '
                                                                                                   'jobs '
                                                                                                   'that '
                                                                                                   'ask '
                                                                                                   'for '
-                                                                                                  'none '
-                                                                                                  '(default: '
+                                                                                                  'none. '
+                                                                                                  'Default: '
                                                                                                   'no '
-                                                                                                  'limit).',
+                                                                                                  'limit.',
                                                                                    'maxLength': 40,
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
-                                                                   'tmp_from_slurm': {'description': 'Size '
+                                                                   'tmp_from_slurm': {'default': 'none',
+                                                                                      'description': '`"scontrol"`: '
                                                                                                      'a '
-                                                                                                     "job's "
+                                                                                                     'job '
+                                                                                                     'with '
+                                                                                                     'no '
                                                                                                      'tmp '
-                                                                                                     'capacity '
-                                                                                                     'from '
+                                                                                                     'directive '
+                                                                                                     'gets '
                                                                                                      'its '
                                                                                                      'Slurm '
-                                                                                                     '--tmp '
-                                                                                                     'request '
-                                                                                                     'when '
-                                                                                                     'it '
-                                                                                                     'gives '
-                                                                                                     'no '
-                                                                                                     'directive: '
-                                                                                                     'scontrol '
-                                                                                                     'asks '
-                                                                                                     'the '
-                                                                                                     'controller '
-                                                                                                     'once '
+                                                                                                     '`--tmp` '
+                                                                                                     '(one '
+                                                                                                     '`squeue '
+                                                                                                     '--jobs=ID '
+                                                                                                     '-o '
+                                                                                                     '"%A '
+                                                                                                     '%i '
+                                                                                                     '%d"` '
                                                                                                      'per '
                                                                                                      'node '
                                                                                                      'per '
+                                                                                                     'job: '
+                                                                                                     'its '
+                                                                                                     'answer '
+                                                                                                     'holds '
+                                                                                                     'no '
                                                                                                      'job '
-                                                                                                     '(the '
+                                                                                                     'name '
+                                                                                                     'or '
+                                                                                                     'comment; '
+                                                                                                     'the '
                                                                                                      "prolog's "
                                                                                                      'environment '
                                                                                                      'does '
                                                                                                      'not '
                                                                                                      'carry '
-                                                                                                     '--tmp). '
-                                                                                                     'Default '
-                                                                                                     'none.',
+                                                                                                     '`--tmp`); '
+                                                                                                     'a '
+                                                                                                     'request '
+                                                                                                     'over '
+                                                                                                     '`tmp_max` '
+                                                                                                     'refuses '
+                                                                                                     'the '
+                                                                                                     'job.',
                                                                                       'enum': ['none',
                                                                                                'scontrol']},
-                                                                   'tmp_max': {'description': 'Largest '
+                                                                   'tmp_max': {'description': 'The '
+                                                                                              'largest '
                                                                                               'tmp '
                                                                                               'capacity '
                                                                                               'a '
                                                                                               'job '
                                                                                               'may '
                                                                                               'ask '
-                                                                                              'for.',
+                                                                                              'for; '
+                                                                                              'larger '
+                                                                                              'requests '
+                                                                                              'reject '
+                                                                                              'the '
+                                                                                              'job. '
+                                                                                              'Default: '
+                                                                                              'no '
+                                                                                              'limit.',
                                                                                'maxLength': 40,
                                                                                'minimum': 1,
                                                                                'type': ['string',
                                                                                         'integer']}},
                                                     'type': 'object'},
                                        'cdi': {'additionalProperties': False,
-                                               'description': 'A CDI spec per set-up job (README '
-                                                              "'CDI').",
-                                               'properties': {'dir': {'description': 'CDI spec '
+                                               'description': 'A CDI spec per set-up job: see '
+                                                              'docs/containers.md "CDI: containers '
+                                                              'of a job with no hook of ours".',
+                                               'properties': {'dir': {'default': '',
+                                                                      'description': 'CDI spec '
                                                                                      'directory '
-                                                                                     '(/var/run/cdi '
+                                                                                     '(`/var/run/cdi` '
                                                                                      'or '
-                                                                                     '/etc/cdi); '
+                                                                                     '`/etc/cdi`); '
                                                                                      'empty: no '
-                                                                                     'specs (the '
-                                                                                     'default).',
+                                                                                     'specs.',
                                                                       'maxLength': 4096,
                                                                       'pattern': '^(/[^/\\u0000]+)+/?$|^$',
                                                                       'type': 'string'},
-                                                              'owner_check': {'description': 'Put '
+                                                              'owner_check': {'default': True,
+                                                                              'description': 'Put '
                                                                                              'a '
                                                                                              'createRuntime '
                                                                                              'hook '
@@ -280,14 +395,14 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                              'is '
                                                                                              'the '
                                                                                              "job's "
-                                                                                             'owner '
-                                                                                             '(default '
-                                                                                             'true).',
+                                                                                             'owner.',
                                                                               'type': 'boolean'},
-                                                              'version': {'description': 'cdiVersion '
+                                                              'version': {'default': '0.5.0',
+                                                                          'description': '`cdiVersion` '
                                                                                          'written '
-                                                                                         '(default '
-                                                                                         '0.5.0: '
+                                                                                         '(0.5.0 '
+                                                                                         'by '
+                                                                                         'default: '
                                                                                          'Podman '
                                                                                          '4.3 '
                                                                                          'ignores '
@@ -300,96 +415,163 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                    '1.0.0']}},
                                                'type': 'object'},
                                        'directives': {'additionalProperties': False,
-                                                      'description': '#JOBNS directives in batch '
-                                                                     'scripts (README '
-                                                                     "'Directives').",
-                                                      'properties': {'word': {'description': 'The '
+                                                      'description': '`#JOBNS` directives in batch '
+                                                                     'scripts: see docs/users.md '
+                                                                     '"Directives".',
+                                                      'properties': {'word': {'default': 'JOBNS',
+                                                                              'description': 'The '
                                                                                              'directive '
                                                                                              'word '
                                                                                              'without '
-                                                                                             "'#', "
+                                                                                             '`#`, '
                                                                                              'like '
-                                                                                             'burst_buffer.conf '
-                                                                                             'Directive= '
-                                                                                             '(default '
-                                                                                             'JOBNS).',
+                                                                                             "burst_buffer.conf's "
+                                                                                             '`Directive=`.',
                                                                               'pattern': '^[A-Za-z0-9_]{1,64}$',
                                                                               'type': 'string'}},
                                                       'type': 'object'},
-                                       'dirs': {'description': 'Extra job-private directories '
-                                                               "(README 'Extra private "
-                                                               "directories'), like Slurm's "
-                                                               'dir_confs.',
+                                       'dirs': {'default': [],
+                                                'description': 'Extra job-private directories, '
+                                                               "like Slurm's `dir_confs`: see "
+                                                               'docs/admin.md "Extra private '
+                                                               'directories".',
                                                 'items': {'additionalProperties': False,
-                                                          'properties': {'backing': {'description': 'A '
+                                                          'properties': {'backing': {'default': 'directory',
+                                                                                     'description': '`"directory"` '
+                                                                                                    '(a '
                                                                                                     'plain '
                                                                                                     'directory '
-                                                                                                    '(default), '
-                                                                                                    'a '
+                                                                                                    'on '
+                                                                                                    'the '
+                                                                                                    "base's "
+                                                                                                    'file '
+                                                                                                    'system), '
+                                                                                                    '`"tmpfs"` '
+                                                                                                    '(a '
                                                                                                     'size-limited '
-                                                                                                    'tmpfs, '
-                                                                                                    'or '
-                                                                                                    'a '
+                                                                                                    'tmpfs), '
+                                                                                                    '`"disk"` '
+                                                                                                    '(a '
                                                                                                     'loop-mounted '
-                                                                                                    'disk '
                                                                                                     'image '
+                                                                                                    'of '
+                                                                                                    'its '
+                                                                                                    'own, '
                                                                                                     'made '
                                                                                                     'in '
-                                                                                                    'base.',
+                                                                                                    'the '
+                                                                                                    'base).',
                                                                                      'enum': ['directory',
                                                                                               'tmpfs',
                                                                                               'disk']},
-                                                                         'base': {'description': 'Host '
+                                                                         'base': {'description': 'The '
+                                                                                                 'node-local '
                                                                                                  'directory '
                                                                                                  'holding '
                                                                                                  'each '
                                                                                                  "job's "
                                                                                                  'tree '
-                                                                                                 '<base>/job-<id>.',
+                                                                                                 '`job-ID` '
+                                                                                                 'for '
+                                                                                                 'that '
+                                                                                                 'path; '
+                                                                                                 'one '
+                                                                                                 'base '
+                                                                                                 'per '
+                                                                                                 'entry, '
+                                                                                                 'apart '
+                                                                                                 'from '
+                                                                                                 'every '
+                                                                                                 'other '
+                                                                                                 'base '
+                                                                                                 '(`local_base`, '
+                                                                                                 '`shm_base`, '
+                                                                                                 '`shared_base`, '
+                                                                                                 '`scratch_base`, '
+                                                                                                 '`state_dir`, '
+                                                                                                 'other '
+                                                                                                 "entries'). "
+                                                                                                 'Required.',
                                                                                   'maxLength': 4096,
                                                                                   'minLength': 1,
                                                                                   'type': 'string'},
-                                                                         'options': {'description': 'Mount '
+                                                                         'options': {'default': [],
+                                                                                     'description': 'Mount '
                                                                                                     'options '
                                                                                                     'inside '
                                                                                                     'the '
                                                                                                     'job '
                                                                                                     'besides '
-                                                                                                    'nosuid,nodev '
-                                                                                                    '(always '
-                                                                                                    'applied).',
+                                                                                                    '`nosuid,nodev` '
+                                                                                                    '(always): '
+                                                                                                    '`"noexec"`, '
+                                                                                                    '`"ro"`.',
                                                                                      'items': {'enum': ['noexec',
                                                                                                         'ro']},
                                                                                      'type': 'array'},
-                                                                         'path': {'description': 'Where '
-                                                                                                 'the '
+                                                                         'path': {'description': 'An '
+                                                                                                 'extra '
+                                                                                                 'job-private '
+                                                                                                 'directory: '
+                                                                                                 'where '
+                                                                                                 'every '
                                                                                                  'job '
-                                                                                                 'sees '
+                                                                                                 'of '
                                                                                                  'the '
-                                                                                                 'directory '
-                                                                                                 '(an '
+                                                                                                 'node '
+                                                                                                 'sees '
+                                                                                                 'its '
+                                                                                                 'own; '
+                                                                                                 'an '
                                                                                                  'existing '
                                                                                                  'directory '
                                                                                                  'on '
                                                                                                  'every '
-                                                                                                 'node).',
+                                                                                                 'node, '
+                                                                                                 'absolute '
+                                                                                                 'and '
+                                                                                                 'normalised, '
+                                                                                                 'not '
+                                                                                                 '`/`, '
+                                                                                                 'not '
+                                                                                                 'at '
+                                                                                                 'or '
+                                                                                                 'around '
+                                                                                                 '`/tmp`, '
+                                                                                                 '`/var/tmp`, '
+                                                                                                 '`/dev/shm` '
+                                                                                                 'or '
+                                                                                                 '`state_dir`, '
+                                                                                                 'not '
+                                                                                                 'under '
+                                                                                                 '`/proc`, '
+                                                                                                 '`/sys`, '
+                                                                                                 '`/dev`, '
+                                                                                                 'never '
+                                                                                                 'inside '
+                                                                                                 'another '
+                                                                                                 "entry's "
+                                                                                                 'path. '
+                                                                                                 'Required.',
                                                                                   'maxLength': 4096,
                                                                                   'minLength': 1,
                                                                                   'type': 'string'},
-                                                                         'size': {'description': 'Size '
-                                                                                                 'of '
-                                                                                                 'a '
-                                                                                                 'tmpfs '
-                                                                                                 'or '
-                                                                                                 'disk '
-                                                                                                 'backing '
-                                                                                                 '(seed '
-                                                                                                 '003 '
-                                                                                                 'units); '
+                                                                         'size': {'description': 'Required '
+                                                                                                 'for '
+                                                                                                 '`"tmpfs"` '
+                                                                                                 'and '
+                                                                                                 '`"disk"`, '
                                                                                                  'refused '
                                                                                                  'for '
+                                                                                                 '`"directory"`; '
                                                                                                  'a '
-                                                                                                 'directory.',
+                                                                                                 'size '
+                                                                                                 'as '
+                                                                                                 'for '
+                                                                                                 'capacities '
+                                                                                                 '(`"200GiB"`) '
+                                                                                                 'or '
+                                                                                                 'bytes.',
                                                                                   'maxLength': 40,
                                                                                   'minimum': 1,
                                                                                   'type': ['string',
@@ -397,15 +579,19 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                           'required': ['path', 'base'],
                                                           'type': 'object'},
                                                 'type': 'array'},
-                                       'kill_wait': {'description': 'Seconds between SIGTERM and '
-                                                                    "SIGKILL (Slurm's KillWait).",
+                                       'kill_wait': {'default': 30,
+                                                     'description': 'Seconds between SIGTERM and '
+                                                                    "SIGKILL (Slurm's `KillWait`).",
                                                      'maximum': 86400,
                                                      'minimum': 0,
                                                      'type': 'number'},
                                        'lifecycle': {'additionalProperties': False,
-                                                     'description': 'Pre-run and post-run programs '
-                                                                    "(README 'States').",
-                                                     'properties': {'post_run': {'description': 'Run '
+                                                     'description': 'Pre-run and post-run '
+                                                                    'programs: see docs/admin.md '
+                                                                    '"States".',
+                                                     'properties': {'post_run': {'default': '',
+                                                                                 'description': 'Program '
+                                                                                                'run '
                                                                                                 'as '
                                                                                                 'root '
                                                                                                 '(no '
@@ -422,12 +608,14 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                 'reported.',
                                                                                  'maxLength': 4096,
                                                                                  'type': 'string'},
-                                                                    'pre_run': {'description': 'Run '
+                                                                    'pre_run': {'default': '',
+                                                                                'description': 'Program '
+                                                                                               'run '
                                                                                                'as '
                                                                                                'root '
                                                                                                '(no '
                                                                                                'shell) '
-                                                                                               'after '
+                                                                                               'once '
                                                                                                'the '
                                                                                                "job's "
                                                                                                'namespace '
@@ -441,7 +629,8 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                'job.',
                                                                                 'maxLength': 4096,
                                                                                 'type': 'string'},
-                                                                    'program_timeout': {'description': 'Seconds '
+                                                                    'program_timeout': {'default': 300,
+                                                                                        'description': 'Seconds '
                                                                                                        'before '
                                                                                                        'a '
                                                                                                        'pre-run '
@@ -449,96 +638,139 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                        'post-run '
                                                                                                        'program '
                                                                                                        'is '
-                                                                                                       'killed '
-                                                                                                       '(default '
-                                                                                                       '300).',
+                                                                                                       'killed.',
                                                                                         'maximum': 86400,
                                                                                         'minimum': 1,
                                                                                         'type': 'number'}},
                                                      'type': 'object'},
-                                       'local_base': {'description': 'Where job-<id>/{tmp,var_tmp} '
-                                                                     'are made (local layout).',
+                                       'local_base': {'default': '/tmp',
+                                                      'description': 'Where `job-ID/{tmp,var_tmp}` '
+                                                                     'are made (local layout). A '
+                                                                     'root-owned base such as '
+                                                                     '`/var/lib/jobns` is safer '
+                                                                     'than world-writable `/tmp`: '
+                                                                     'in `/tmp` another user can '
+                                                                     'squat `job-ID` ahead of a '
+                                                                     'job (jobns then refuses to '
+                                                                     'start it, never uses the '
+                                                                     "squatter's directory).",
                                                       'maxLength': 4096,
                                                       'minLength': 1,
                                                       'type': 'string'},
-                                       'shared_base': {'description': 'Cluster file system base '
-                                                                      'for --use-shared-tmpdir; '
-                                                                      'empty disables it.',
+                                       'shared_base': {'default': '',
+                                                       'description': 'Cluster file system base '
+                                                                      'for `--use-shared-tmpdir`; '
+                                                                      'empty (the default): no '
+                                                                      'shared layout.',
                                                        'maxLength': 4096,
                                                        'type': 'string'},
-                                       'shm_base': {'description': 'Where job-<id> is made and '
-                                                                   'bound over /dev/shm.',
+                                       'shm_base': {'default': '/dev/shm',
+                                                    'description': 'Where `job-ID` is made and '
+                                                                   'bound over `/dev/shm`.',
                                                     'maxLength': 4096,
                                                     'minLength': 1,
                                                     'type': 'string'},
                                        'slurm': {'additionalProperties': False,
-                                                 'description': 'Slurm integration (README '
-                                                                "'Enforced by Slurm').",
+                                                 'description': 'Slurm integration: see '
+                                                                'docs/admin.md "Enforced by '
+                                                                'Slurm".',
                                                  'properties': {'bin_dir': {'description': 'Where '
                                                                                            "Slurm's "
                                                                                            'commands '
-                                                                                           '(scontrol, '
-                                                                                           'squeue) '
+                                                                                           '(`scontrol`, '
+                                                                                           '`squeue`) '
                                                                                            'are '
                                                                                            'when '
-                                                                                           'they '
-                                                                                           'are '
                                                                                            'not in '
-                                                                                           '/usr/sbin, '
-                                                                                           '/usr/bin, '
-                                                                                           '/sbin, '
-                                                                                           '/bin '
+                                                                                           '`/usr/sbin`, '
+                                                                                           '`/usr/bin`, '
+                                                                                           '`/sbin`, '
+                                                                                           '`/bin` '
                                                                                            'or '
-                                                                                           '/usr/local: '
+                                                                                           '`/usr/local/{sbin,bin}`; '
                                                                                            'searched '
                                                                                            'first. '
                                                                                            'Root '
                                                                                            'never '
                                                                                            'searches '
-                                                                                           'PATH '
+                                                                                           '`PATH` '
                                                                                            '(slurmd '
                                                                                            'gives '
                                                                                            'its '
                                                                                            'prolog '
-                                                                                           'none).',
+                                                                                           'none). '
+                                                                                           'Default: '
+                                                                                           'none.',
                                                                             'pattern': '^/',
                                                                             'type': 'string'},
-                                                                'enforce': {'description': 'The '
-                                                                                           'SPANK '
-                                                                                           'plugin '
+                                                                'enforce': {'default': False,
+                                                                            'description': 'The '
+                                                                                           'site '
                                                                                            'puts '
                                                                                            'every '
                                                                                            'task '
-                                                                                           'of '
-                                                                                           'every '
-                                                                                           'job in '
-                                                                                           'the '
+                                                                                           'in its '
                                                                                            "job's "
-                                                                                           'namespace; '
+                                                                                           'namespace '
+                                                                                           'with '
+                                                                                           'the '
+                                                                                           'jobns '
+                                                                                           'SPANK '
+                                                                                           'plugin: '
                                                                                            'setup '
                                                                                            'makes '
-                                                                                           'that '
+                                                                                           'the '
+                                                                                           "job's "
                                                                                            'namespace '
                                                                                            "root's "
                                                                                            '(no '
                                                                                            'user '
-                                                                                           'namespace).',
+                                                                                           'namespace) '
+                                                                                           'and '
+                                                                                           'writes '
+                                                                                           'the '
+                                                                                           'job '
+                                                                                           'environment '
+                                                                                           'for '
+                                                                                           'the '
+                                                                                           'plugin; '
+                                                                                           'see '
+                                                                                           'docs/admin.md '
+                                                                                           '"Enforced '
+                                                                                           'by '
+                                                                                           'Slurm". '
+                                                                                           'Set it '
+                                                                                           'on '
+                                                                                           'every '
+                                                                                           'node '
+                                                                                           'whose '
+                                                                                           '`plugstack.conf` '
+                                                                                           'loads '
+                                                                                           'the '
+                                                                                           'plugin, '
+                                                                                           'and '
+                                                                                           'only '
+                                                                                           'there.',
                                                                             'type': 'boolean'}},
                                                  'type': 'object'},
                                        'staging': {'additionalProperties': False,
-                                                   'description': 'Session-directory staging (seed '
-                                                                  '001) and #JOBNS '
-                                                                  'stage_in/stage_out (README '
-                                                                  "'Staging').",
-                                                   'properties': {'dynamic_scratch': {'description': 'Scratch '
+                                                   'description': 'Session-directory staging '
+                                                                  "(ARC's session and scratch "
+                                                                  'directories) and `#JOBNS '
+                                                                  'stage_in`/`stage_out`: see '
+                                                                  'docs/users.md "Staging".',
+                                                   'properties': {'dynamic_scratch': {'default': False,
+                                                                                      'description': 'Scratch '
                                                                                                      'is '
-                                                                                                     '<scratchdir>/<lrms-job-id>/<arc-job-id> '
-                                                                                                     '(ENV/LRMS-SCRATCH) '
+                                                                                                     '`<scratchdir>/<lrms-job-id>/<arc-job-id>` '
+                                                                                                     "(ARC's "
+                                                                                                     'ENV/LRMS-SCRATCH) '
                                                                                                      'instead '
                                                                                                      'of '
-                                                                                                     '<scratchdir>/<arc-job-id>.',
+                                                                                                     '`<scratchdir>/<arc-job-id>`.',
                                                                                       'type': 'boolean'},
-                                                                  'session_dir': {'description': 'How '
+                                                                  'session_dir': {'default': '',
+                                                                                  'description': 'How '
                                                                                                  'setup '
                                                                                                  'finds '
                                                                                                  'a '
@@ -546,7 +778,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                  'session '
                                                                                                  'directory '
                                                                                                  'when '
-                                                                                                 '--session-dir '
+                                                                                                 '`--session-dir` '
                                                                                                  'is '
                                                                                                  'not '
                                                                                                  'given: '
@@ -554,39 +786,40 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                                  'path '
                                                                                                  'with '
                                                                                                  'symbols '
-                                                                                                 '(%d: '
+                                                                                                 '(`%d`: '
                                                                                                  'the '
                                                                                                  "job's "
                                                                                                  'working '
                                                                                                  'directory, '
                                                                                                  'as '
                                                                                                  'ARC '
-                                                                                                 'submits). '
-                                                                                                 'Empty: '
+                                                                                                 'submits); '
+                                                                                                 'empty: '
                                                                                                  'no '
                                                                                                  'session '
                                                                                                  'staging.',
                                                                                   'maxLength': 4096,
                                                                                   'type': 'string'},
-                                                                  'session_roots': {'description': 'arc.conf '
+                                                                  'session_roots': {'default': [],
+                                                                                    'description': "arc.conf's "
                                                                                                    'sessiondir '
                                                                                                    'roots: '
                                                                                                    'a '
                                                                                                    'session '
                                                                                                    'directory '
                                                                                                    'is '
-                                                                                                   '<root>/<arc-job-id>.',
+                                                                                                   '`<root>/<arc-job-id>`.',
                                                                                     'items': {'maxLength': 4096,
                                                                                               'minLength': 1,
                                                                                               'type': 'string'},
                                                                                     'type': 'array'},
-                                                                  'stage_roots': {'description': 'Host '
+                                                                  'stage_roots': {'default': [],
+                                                                                  'description': 'Host '
                                                                                                  'directories '
-                                                                                                 '#JOBNS '
-                                                                                                 'stage_in '
+                                                                                                 '`stage_in` '
                                                                                                  'sources '
                                                                                                  'and '
-                                                                                                 'stage_out '
+                                                                                                 '`stage_out` '
                                                                                                  'destinations '
                                                                                                  'may '
                                                                                                  'lie '
@@ -602,7 +835,9 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                             'minLength': 1,
                                                                                             'type': 'string'},
                                                                                   'type': 'array'},
-                                                                  'stdio': {'description': 'Files '
+                                                                  'stdio': {'default': ['stdout',
+                                                                                        'stderr'],
+                                                                            'description': 'Files '
                                                                                            'that '
                                                                                            'stay '
                                                                                            'in the '
@@ -612,15 +847,13 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                            'are '
                                                                                            'symlinked '
                                                                                            'into '
-                                                                                           'scratch '
-                                                                                           '(default '
-                                                                                           'stdout, '
-                                                                                           'stderr).',
+                                                                                           'scratch.',
                                                                             'items': {'maxLength': 255,
                                                                                       'minLength': 1,
                                                                                       'type': 'string'},
                                                                             'type': 'array'},
-                                                                  'timeout': {'description': 'Seconds '
+                                                                  'timeout': {'default': 0,
+                                                                              'description': 'Seconds '
                                                                                              'a '
                                                                                              'movetool '
                                                                                              'may '
@@ -635,8 +868,12 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                               'minimum': 0,
                                                                               'type': 'number'}},
                                                    'type': 'object'},
-                                       'state_dir': {'description': 'Root-only directory for job '
-                                                                    'state, pins and locks.',
+                                       'state_dir': {'default': '/run/jobns',
+                                                     'description': 'Root-only directory for job '
+                                                                    'records, locks and namespace '
+                                                                    'pins; jobns makes it a '
+                                                                    'private bind mount of itself '
+                                                                    '(pins must not propagate).',
                                                      'maxLength': 4096,
                                                      'minLength': 1,
                                                      'type': 'string'}},
@@ -913,8 +1150,8 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                   'type': 'boolean'},
                                           'staging': {'additionalProperties': False,
                                                       'description': 'Host paths, all resolved and '
-                                                                     'confined at setup (README '
-                                                                     "'Staging').",
+                                                                     'confined at setup '
+                                                                     "(docs/users.md 'Staging').",
                                                       'properties': {'link_stdio': {'type': 'boolean'},
                                                                      'movetool': {'type': 'string'},
                                                                      'runtime_scratchdir': {'type': 'string'},

@@ -12,7 +12,7 @@
  * Build it against the headers of the Slurm that will load it (ci/build-spank): Slurm
  * refuses a plugin whose plugin_version (SLURM_VERSION_NUMBER) is of another major.minor.
  * `required`, so that a plugin that cannot be loaded stops the node instead of letting its
- * jobs run outside their namespaces (README "Upgrading Slurm").
+ * jobs run outside their namespaces (docs/admin.md "Upgrading Slurm: rebuild the plugin first").
  *
  * Fail closed, but never the node: a job that is not set up, was refused, or whose pin
  * is not a root-owned mount namespace gets its task killed (exit 1) with one line

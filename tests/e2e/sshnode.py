@@ -5,8 +5,8 @@ bookworm 22.05, trixie 24.11 or forky 26.05; the default is bookworm): `ctl` (th
 controller, where users submit and ssh from) and `node1` (the compute node). The image
 has everything installed already, cached by content: the release's openssh-server and
 libpam-slurm-adopt in its base, the project's jobns and jobns-slurm .debs built for that
-release. Nothing is installed at test time; node1 is configured as README "Enforced by
-Slurm" says for a packaged install (containers/slurm.py, jobns=True, enforce=True):
+release. Nothing is installed at test time; node1 is configured as docs/admin.md
+"Enforced by Slurm" says for a packaged install (containers/slurm.py, jobns=True, enforce=True):
   - /etc/jobns/jobns.toml: [slurm] enforce = true (node1);
   - /etc/slurm/plugstack.conf.d/jobns.conf: the shipped line uncommented (both);
   - slurm.conf: Prolog=/etc/jobns/slurm/prolog, Epilog=/etc/jobns/slurm/epilog,
@@ -191,7 +191,7 @@ def ssh_cluster(client: Any, image: str | None = None) -> Iterator[SshCluster]:
             if name == "alice":  # the key root's login is tried with
                 node.put_file("/root/.ssh/authorized_keys", pub, mode=0o600)
         # node1's jobns.toml: `[slurm] enforce = true` (SlurmCluster) and nothing of the
-        # rig's (its shared_base): a site's node with only what README asks for
+        # rig's (its shared_base): a site's node with only what docs/admin.md asks for
         node.put_file("/etc/jobns/jobns.toml", "")
         slurm = SlurmCluster(
             rig,

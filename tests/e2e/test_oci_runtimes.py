@@ -465,8 +465,9 @@ def test_prolog_job_goes_only_to_its_users_container(
 
 
 def extra_dirs(rig: Rig) -> tuple[Path, Path, Path]:
-    """The sandbox's config with three [[dirs]] entries (README "Extra private
-    directories"): mnt/scratch a plain directory (noexec), mnt/data a 16 MiB disk image
+    """The sandbox's config with three [[dirs]] entries (docs/admin.md
+    "Extra private directories"): mnt/scratch a plain directory (noexec), mnt/data a 16 MiB disk
+    image
     (ro), mnt/fast a 4 MiB tmpfs. Their mount points exist on the host; in a container's
     rootfs the hook makes them."""
     box = rig.box

@@ -1,4 +1,5 @@
-"""Seed 000's three layouts on two rig nodes sharing /lustre (a docker volume).
+"""The three layouts of docs/design.md "Directory layouts" on two rig nodes sharing /lustre (a
+docker volume).
 
   local     <local_base>/job-ID/{tmp,var_tmp} + <shm_base>/job-ID      (per node)
   shared    <shared_base>/job-ID/{tmp,var_tmp}                          (one for all nodes)

@@ -2,7 +2,7 @@
 per Slurm release (the `release` fixture: Debian bookworm's 22.05, trixie's 24.11, forky's
 26.05; JOBNS_RIG_RELEASES chooses fewer).
 
-Deployed as README "Deploying on a Slurm cluster" says (containers/slurm.py, jobns=True):
+Deployed as docs/admin.md "Deploying on a Slurm cluster" says (containers/slurm.py, jobns=True):
 Prolog=/etc/jobns/slurm/prolog (`jobns setup`), Epilog=/etc/jobns/slurm/epilog (`jobns
 teardown`), no PrologFlags, the scripts byte for byte from ci/slurm/; every task is
 `srun jobns run -- CMD`; per-job options travel in `sbatch --comment "jobns: ..."`. All
@@ -526,7 +526,7 @@ def test_setup_pins_the_job_whatever_cpu_made_its_namespace(
 
 
 # ---------------------------------------------------------------- enforced (issue 11)
-# The same cluster deployed as README "Enforced by Slurm": the jobns SPANK plugin in
+# The same cluster deployed as docs/admin.md "Enforced by Slurm": the jobns SPANK plugin in
 # PlugStackConfig and `[slurm] enforce = true`. Nothing is wrapped in `jobns run` unless
 # said so: the batch script, an unwrapped step and an interactive `srun --pty` step all
 # land in the job's namespace on each node.

@@ -1,7 +1,8 @@
 """A Slurm upgrade under an enforced node: the jobns SPANK plugin built for 22.05 (Debian
 bookworm's node image) on a 26.05 node (forky's), as after `apt upgrade` without a rebuild.
 
-Measured here, and what README "Upgrading Slurm" says: `jobns doctor` names the mismatch
+Measured here, and what docs/admin.md "Upgrading Slurm: rebuild the plugin first" says: `jobns
+doctor` names the mismatch
 and the rebuild; with the plugin `required` (jobns-slurm's plugstack.conf.d line) slurmd refuses to
 start, so the node runs nothing; with `optional` slurmd starts and every job runs outside
 its namespace without a word from Slurm (doctor calls that line a problem, and `jobns

@@ -2,6 +2,7 @@
 
 Each property says: whatever the input, the code returns or fails with one clean
 ``jobns:`` line (launcher.errors.JobnsError) -- never a traceback, never an exit status
-the README does not document. ``JOBNS_FUZZ_EXAMPLES`` sets the examples per property
+that docs/command-line.md "Exit codes" does not document. ``JOBNS_FUZZ_EXAMPLES`` sets the examples
+per property
 (default 200, the CI profile); ``ci/fuzz`` runs the long campaign.
 """

@@ -2,7 +2,7 @@
 typos, hostile values), the Slurm variables the job's submitter controls, and the OCI
 state on the hook's stdin.
 
-The contract (README "Exit codes"): exit 0 or 125 (`run` also 126, 127, 128+N and the
+The contract (docs/command-line.md "Exit codes"): exit 0 or 125 (`run` also 126, 127, 128+N and the
 command's own status), and on stderr only `jobns: ` lines -- at most one that is not a
 warning when it fails -- never a traceback, never "internal error" (cli.dispatch's
 boundary says that only for a bug that slipped through).

@@ -2,7 +2,7 @@
 recover send one syslog line per action and every failure, with the job id and user.
 
 The lines are read from a datagram socket the test binds, named by the documented test
-hook JOBNS_TEST_SYSLOG_SOCKET (README "Logs"), in the RFC 3164 form the C library sends
+hook JOBNS_TEST_SYSLOG_SOCKET (docs/admin.md "Logs"), in the RFC 3164 form the C library sends
 to /dev/log: `<PRI>TIMESTAMP jobns[PID]: COMMAND job=ID user=NAME: WHAT`. One test also
 goes the C library's own way, to a /dev/log the test binds in a private mount namespace.
 """

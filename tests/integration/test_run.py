@@ -50,7 +50,8 @@ def test_local_layout_binds_and_cleans_up(sandbox: Sandbox) -> None:
         stderr=subprocess.PIPE,
     )
     wait_for(ready)
-    # Seen from the host while the job runs: the files are where seed 000's table says.
+    # Seen from the host while the job runs: the files are where docs/design.md "Directory layouts"
+    # says.
     assert (sandbox.local / "job-L1/tmp/f").read_text() == "data\n"
     assert (sandbox.local / "job-L1/var_tmp/g").read_text() == "v\n"
     assert (sandbox.shm / "job-L1/h").read_text() == "s\n"

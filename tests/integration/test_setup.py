@@ -73,7 +73,8 @@ def test_steps_share_the_job_namespace(sandbox: Sandbox, users: list[OsUser]) ->
     assert r2.stdout.split()[3] == str(alice.uid)
     r3 = sandbox.run(["run", "--job-id", "100", "--", "cat", "/tmp/a"])
     assert r3.returncode == 0 and r3.stdout == "step1\n", r3.stderr
-    # The job's files are on the host where seed 000 says, owned by the job user.
+    # The job's files are on the host where docs/design.md "Directory layouts" says, owned by the
+    # job user.
     assert (sandbox.local / "job-100/tmp/a").stat().st_uid == alice.uid
     teardown(sandbox, "100")
     assert_clean(sandbox)

@@ -170,7 +170,7 @@ def test_session_moves_to_scratch_and_back(sandbox: Sandbox, arc: Arc, layout: s
     r = setup(sandbox, "s1", alice, "--session-dir", str(session))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     scratch = arc.scratch / "ARCabc1"
-    # Seed 001: everything moved, stdout/stderr stay and are symlinked into scratch.
+    # ARC's session staging: everything moved, stdout/stderr stay and are symlinked into scratch.
     assert sorted(os.listdir(session)) == ["stderr", "stdout"]
     assert os.readlink(scratch / "stdout") == f"{session}/stdout"
     assert os.readlink(scratch / "stderr") == f"{session}/stderr"

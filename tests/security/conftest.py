@@ -121,7 +121,7 @@ def no_crash(r: subprocess.CompletedProcess[str]) -> None:
 
 
 def one_line(r: subprocess.CompletedProcess[str]) -> None:
-    """Exactly one `jobns: ...` line on stderr (README "Exit codes")."""
+    """Exactly one `jobns: ...` line on stderr (docs/command-line.md "Exit codes")."""
     no_crash(r)
     assert r.stderr.startswith("jobns: ") and r.stderr.count("\n") == 1, r.stderr
 

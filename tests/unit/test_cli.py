@@ -70,7 +70,8 @@ def test_unknown_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_task_path_imports_nothing_heavy() -> None:
-    """README 'Speed': the task-launch path never imports jsonschema, pyroute2, docker,
+    """docs/speed.md 'What jobns costs': the task-launch path never imports jsonschema, pyroute2,
+    docker,
     argparse, tomllib (without a config file), typing or dataclasses; nor the Python faces of
     ctypes, signal and prctl (their C modules serve)."""
     code = (
@@ -202,9 +203,9 @@ def test_a_closed_pipe_is_quiet() -> None:
     assert p.stderr == "" and p.returncode == 125
 
 
-def test_the_readme_synopsis_lists_every_option_help_lists() -> None:
-    """README "Command line" and --help tell the same story (issue 14)."""
-    text = (REPO / "README.md").read_text()
+def test_the_documented_synopsis_lists_every_option_help_lists() -> None:
+    """docs/command-line.md "Subcommands" and --help tell the same story (issue 14)."""
+    text = (REPO / "docs" / "command-line.md").read_text()
     synopsis = text[text.index("jobns run      [") :]
     synopsis = synopsis[: synopsis.index("```")]
     blocks: dict[str, str] = {}
@@ -215,8 +216,8 @@ def test_the_readme_synopsis_lists_every_option_help_lists() -> None:
             blocks[name] = ""
         blocks[name] += line + "\n"
     for cmd in COMMANDS.values():
-        assert cmd.name in blocks, f"README synopsis lacks jobns {cmd.name}"
+        assert cmd.name in blocks, f"docs/command-line.md synopsis lacks jobns {cmd.name}"
         for opt in cmd.opts.values():
             assert opt.name in blocks[cmd.name], (
-                f"README synopsis of jobns {cmd.name} lacks {opt.name}"
+                f"docs/command-line.md synopsis of jobns {cmd.name} lacks {opt.name}"
             )

@@ -179,7 +179,7 @@ def test_decimal_capacity_is_the_exact_ceiling(whole: int, frac: int, suffix: st
     (2000, 1000, 2000),    # exact multiple is unchanged
     (1001, 1000, 2000),    # rounds up
     (1999, 1000, 2000),
-    (1, 1000, 1000),       # below the granularity: one granule (seed 003)
+    (1, 1000, 1000),       # below the granularity: one granule
     (999, 1000, 1000),
     (12345, 1, 12345),     # granularity 1 changes nothing
     (5 * GI + 1, GI, 6 * GI),

@@ -1,4 +1,4 @@
-"""launcher.environment: the variables README "Environment" promises a job's tasks, for
+"""launcher.environment: the variables docs/users.md "Environment" promises a job's tasks, for
 every layout, with and without an [arc] section, with the PMIx identity from PMIx's or
 Slurm's variables (no root)."""
 
@@ -40,7 +40,7 @@ def job(layout: str = "local", environ: dict[str, str] | None = None, job_id: st
 
 
 def expected(job_id: str, nspace: str, rank: str) -> dict[str, str]:
-    """README "Environment", row by row."""
+    """docs/users.md "Environment", row by row."""
     return {
         "TMPDIR": "/tmp",
         "JOBNS_JOB_ID": job_id,

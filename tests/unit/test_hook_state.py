@@ -231,7 +231,8 @@ def test_jsonfast_errors_without_json_imported() -> None:
 
 
 def test_hook_path_imports_nothing_heavy() -> None:
-    """README 'Speed': a hook runs at every container start; poststop must not even
+    """docs/speed.md 'What jobns costs': a hook runs at every container start; poststop must not
+    even
     import ctypes, and createRuntime no json/re (11 ms measured) nor typing & co."""
     heavy = {
         "jsonschema",

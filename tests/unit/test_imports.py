@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("launcher", "hook", "schemas")
 
-# Lower layers never import higher ones (README "Development": cli -> commands ->
-# lifecycle -> record/pins/staging/fs -> plan/job/config/state -> libc).
+# Lower layers never import higher ones (docs/development.md "Checks and code layout":
+# cli -> commands -> lifecycle -> record/pins/staging/fs -> plan/job/config/state -> libc).
 COMMANDS = {
     "launcher.entry",  # the installed script's main(): it starts the loader, then cli
     "launcher.cli",

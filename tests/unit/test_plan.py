@@ -1,4 +1,5 @@
-"""PURE planning: seed 000's three layouts, the environment, and refusals (no root)."""
+"""PURE planning: the three layouts of docs/design.md "Directory layouts", the environment, and
+refusals (no root)."""
 
 from __future__ import annotations
 
