@@ -12,12 +12,14 @@ documents outside the repository) are refused, so a new one cannot creep back.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from jobns.launcher import cdi, config, diskimage
 from jobns.schemas import docgen
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,3 +158,42 @@ def test_every_docs_page_says_who_it_is_for() -> None:
 def test_config_reference_is_generated(name: str) -> None:
     committed = (REPO / "docs" / name).read_text()
     assert committed == docgen.render(), "docs/config.md is stale: run python -m schemas.docgen"
+
+
+def schema_default(*path: str) -> object:
+    node = json.loads(docgen.SCHEMA.read_text())
+    for key in path:
+        node = node["items"] if key == "[]" else node["properties"][key]
+    return node["default"]
+
+
+def test_the_documented_defaults_are_the_programs() -> None:
+    """docs/config.md shows the schema's defaults: they are what jobns does with an empty
+    section (the defaults still live beside the code that reads each key)."""
+    c = config.Config({"arc": {}, "dirs": [{"path": "/x", "base": "/b"}]}, None)
+    assert c.arc is not None
+    d = c.dirs[0]
+    seen: dict[tuple[str, ...], object] = {
+        **{(k,): v for k, v in config.DEFAULTS.items()},
+        ("arc", "shared_filesystem"): c.arc.shared_filesystem,
+        ("arc", "scratchdir"): c.arc.scratchdir,
+        ("arc", "movetool"): c.arc.movetool,
+        ("arc", "shared_scratch"): c.arc.shared_scratch,
+        ("directives", "word"): c.directive_word,
+        ("capacity", "scratch_base"): diskimage.DEFAULT_BASE,
+        ("staging", "session_roots"): c.staging.session_roots,
+        ("staging", "session_dir"): c.staging.session_dir,
+        ("staging", "dynamic_scratch"): c.staging.dynamic_scratch,
+        ("staging", "stdio"): c.staging.stdio,
+        ("staging", "stage_roots"): c.staging.stage_roots,
+        ("staging", "timeout"): c.staging.timeout,
+        ("cdi", "version"): cdi.DEFAULT_VERSION,
+        ("lifecycle", "pre_run"): c.lifecycle.pre_run,
+        ("lifecycle", "post_run"): c.lifecycle.post_run,
+        ("lifecycle", "program_timeout"): c.lifecycle.program_timeout,
+        ("slurm", "enforce"): c.enforce,
+        ("dirs", "[]", "backing"): d.backing,
+        ("dirs", "[]", "options"): list(d.options),
+    }
+    for path, value in seen.items():
+        assert schema_default(*path) == value, f"{'.'.join(path)}: schema {schema_default(*path)!r}"
