@@ -4,880 +4,135 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                         '$schema': 'https://json-schema.org/draft/2020-12/schema',
                         'additionalProperties': False,
                         'properties': {'arc': {'additionalProperties': False,
-                                               'description': "arc.conf's job-scratch options "
-                                                              '(ARC, the NorduGrid middleware), '
-                                                              'exported to the job as `RUNTIME_*` '
-                                                              'variables: see docs/users.md '
-                                                              '"Staging".',
-                                               'properties': {'movetool': {'default': '',
-                                                                           'description': 'Sets '
-                                                                                          '`RUNTIME_LOCAL_SCRATCH_MOVE_TOOL`.',
-                                                                           'maxLength': 4096,
+                                               'properties': {'movetool': {'maxLength': 4096,
                                                                            'type': 'string'},
-                                                              'scratchdir': {'default': '',
-                                                                             'description': 'Sets '
-                                                                                            '`RUNTIME_LOCAL_SCRATCH_DIR`; '
-                                                                                            'required '
-                                                                                            'when '
-                                                                                            '`shared_filesystem '
-                                                                                            '= '
-                                                                                            'false`.',
-                                                                             'maxLength': 4096,
+                                                              'scratchdir': {'maxLength': 4096,
                                                                              'type': 'string'},
-                                                              'shared_filesystem': {'default': True,
-                                                                                    'description': "arc.conf's "
-                                                                                                   'option: '
-                                                                                                   'sets '
-                                                                                                   '`RUNTIME_NODE_SEES_FRONTEND`.',
-                                                                                    'type': 'boolean'},
-                                                              'shared_scratch': {'default': '',
-                                                                                 'description': 'Sets '
-                                                                                                '`RUNTIME_FRONTEND_SEES_NODE`.',
-                                                                                 'maxLength': 4096,
+                                                              'shared_filesystem': {'type': 'boolean'},
+                                                              'shared_scratch': {'maxLength': 4096,
                                                                                  'type': 'string'}},
                                                'type': 'object'},
                                        'capacity': {'additionalProperties': False,
-                                                    'description': 'Size-limited `/dev/shm` and '
-                                                                   '`/tmp`: see docs/users.md '
-                                                                   '"Capacities" and docs/admin.md '
-                                                                   '"Disk capacities". Sizes are a '
-                                                                   'number of bytes or text: '
-                                                                   '`K`/`KiB`, `M`/`MiB`, '
-                                                                   '`G`/`GiB`, `T`/`TiB` are '
-                                                                   'powers of 1024, `KB`, `MB`, '
-                                                                   '`GB`, `TB` powers of 1000.',
-                                                    'properties': {'fs_type': {'default': 'ext4',
-                                                                               'description': 'The '
-                                                                                              'file '
-                                                                                              'system '
-                                                                                              'made '
-                                                                                              'in '
-                                                                                              'an '
-                                                                                              'image: '
-                                                                                              '`"ext4"` '
-                                                                                              'or '
-                                                                                              '`"xfs"`; '
-                                                                                              'a '
-                                                                                              'smaller '
-                                                                                              'capacity '
-                                                                                              'is '
-                                                                                              'rounded '
-                                                                                              'up '
-                                                                                              'to '
-                                                                                              'the '
-                                                                                              'file '
-                                                                                              "system's "
-                                                                                              'minimum '
-                                                                                              '(ext4 '
-                                                                                              '1 '
-                                                                                              'MiB, '
-                                                                                              'xfs '
-                                                                                              '300 '
-                                                                                              'MiB), '
-                                                                                              'and '
-                                                                                              'a '
-                                                                                              '`tmp_max` '
-                                                                                              'or '
-                                                                                              '`[[dirs]]` '
-                                                                                              'disk '
-                                                                                              '`size` '
-                                                                                              'below '
-                                                                                              'it '
-                                                                                              'is '
-                                                                                              'a '
-                                                                                              'config '
-                                                                                              'error.',
-                                                                               'enum': ['ext4',
+                                                    'properties': {'fs_type': {'enum': ['ext4',
                                                                                         'xfs']},
-                                                                   'granularity': {'description': 'Capacity '
-                                                                                                  'requests '
-                                                                                                  'are '
-                                                                                                  'rounded '
-                                                                                                  'up '
-                                                                                                  'to '
-                                                                                                  'a '
-                                                                                                  'multiple '
-                                                                                                  'of '
-                                                                                                  'this '
-                                                                                                  '(like '
-                                                                                                  'a '
-                                                                                                  'burst-buffer '
-                                                                                                  "pool's "
-                                                                                                  'granularity); '
-                                                                                                  'a '
-                                                                                                  'size '
-                                                                                                  'such '
-                                                                                                  'as '
-                                                                                                  '`"1MiB"` '
-                                                                                                  'or '
-                                                                                                  'a '
-                                                                                                  'number '
-                                                                                                  'of '
-                                                                                                  'bytes. '
-                                                                                                  'Default: '
-                                                                                                  '1 '
-                                                                                                  'byte.',
-                                                                                   'maxLength': 40,
+                                                                   'granularity': {'maxLength': 40,
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
-                                                                   'memory_cgroup': {'description': 'The '
-                                                                                                    'file '
-                                                                                                    'holding '
-                                                                                                    'a '
-                                                                                                    "job's "
-                                                                                                    'memory '
-                                                                                                    'limit, '
-                                                                                                    '`%j` '
-                                                                                                    'job '
-                                                                                                    'id, '
-                                                                                                    '`%u` '
-                                                                                                    'uid. '
-                                                                                                    'Default: '
-                                                                                                    "Slurm's "
-                                                                                                    'cgroup '
-                                                                                                    'v2, '
-                                                                                                    'then '
-                                                                                                    'v1 '
-                                                                                                    'layout.',
-                                                                                     'pattern': '^/',
+                                                                   'memory_cgroup': {'pattern': '^/',
                                                                                      'type': 'string'},
-                                                                   'node_reserve': {'default': 0,
-                                                                                    'description': 'Space '
-                                                                                                   'of '
-                                                                                                   '`scratch_base` '
-                                                                                                   'never '
-                                                                                                   'promised '
-                                                                                                   'to '
-                                                                                                   'jobs '
-                                                                                                   '(the '
-                                                                                                   'per-node '
-                                                                                                   'cap): '
-                                                                                                   'the '
-                                                                                                   'sum '
-                                                                                                   'of '
-                                                                                                   'the '
-                                                                                                   'live '
-                                                                                                   'disk '
-                                                                                                   'capacities '
-                                                                                                   'stays '
-                                                                                                   'within '
-                                                                                                   'its '
-                                                                                                   'free '
-                                                                                                   'space '
-                                                                                                   'minus '
-                                                                                                   'this.',
-                                                                                    'maxLength': 40,
+                                                                   'node_reserve': {'maxLength': 40,
                                                                                     'minimum': 0,
                                                                                     'type': ['string',
                                                                                              'integer']},
-                                                                   'scratch_base': {'default': '/var/lib/jobns/scratch',
-                                                                                    'description': 'A '
-                                                                                                   'local '
-                                                                                                   'disk '
-                                                                                                   'directory, '
-                                                                                                   "root's "
-                                                                                                   'and '
-                                                                                                   '0700 '
-                                                                                                   '(made '
-                                                                                                   'if '
-                                                                                                   'missing), '
-                                                                                                   'holding '
-                                                                                                   'the '
-                                                                                                   'disk '
-                                                                                                   "capacities' "
-                                                                                                   'images; '
-                                                                                                   'nothing '
-                                                                                                   'else '
-                                                                                                   'may '
-                                                                                                   'live '
-                                                                                                   'there.',
-                                                                                    'pattern': '^/',
+                                                                   'scratch_base': {'pattern': '^/',
                                                                                     'type': 'string'},
-                                                                   'shm_default': {'description': 'The '
-                                                                                                  'shm '
-                                                                                                  'capacity '
-                                                                                                  'of '
-                                                                                                  'jobs '
-                                                                                                  'that '
-                                                                                                  'ask '
-                                                                                                  'for '
-                                                                                                  'none. '
-                                                                                                  'Default: '
-                                                                                                  'no '
-                                                                                                  'limit.',
-                                                                                   'maxLength': 40,
+                                                                   'shm_default': {'maxLength': 40,
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
-                                                                   'shm_max': {'description': 'The '
-                                                                                              'largest '
-                                                                                              'shm '
-                                                                                              'capacity '
-                                                                                              'a '
-                                                                                              'job '
-                                                                                              'may '
-                                                                                              'ask '
-                                                                                              'for; '
-                                                                                              'larger '
-                                                                                              'requests '
-                                                                                              'reject '
-                                                                                              'the '
-                                                                                              'job. '
-                                                                                              'Default: '
-                                                                                              'no '
-                                                                                              'limit.',
-                                                                               'maxLength': 40,
+                                                                   'shm_max': {'maxLength': 40,
                                                                                'minimum': 1,
                                                                                'type': ['string',
                                                                                         'integer']},
-                                                                   'shm_memory_fraction': {'description': 'A '
-                                                                                                          'job '
-                                                                                                          'with '
-                                                                                                          'no '
-                                                                                                          'shm '
-                                                                                                          'directive '
-                                                                                                          'gets '
-                                                                                                          'this '
-                                                                                                          'fraction '
-                                                                                                          '(0-1] '
-                                                                                                          'of '
-                                                                                                          'its '
-                                                                                                          'memory '
-                                                                                                          "cgroup's "
-                                                                                                          'limit '
-                                                                                                          'as '
-                                                                                                          'its '
-                                                                                                          'shm '
-                                                                                                          'capacity, '
-                                                                                                          'capped '
-                                                                                                          'at '
-                                                                                                          '`shm_max`. '
-                                                                                                          'Default: '
-                                                                                                          'none.',
-                                                                                           'maximum': 1,
+                                                                   'shm_memory_fraction': {'maximum': 1,
                                                                                            'minimum': 0.001,
                                                                                            'type': 'number'},
-                                                                   'tmp_backing': {'default': 'tmpfs',
-                                                                                   'description': 'What '
-                                                                                                  'holds '
-                                                                                                  'a '
-                                                                                                  'tmp '
-                                                                                                  'capacity: '
-                                                                                                  '`"tmpfs"` '
-                                                                                                  '(RAM) '
-                                                                                                  'or '
-                                                                                                  '`"disk"` '
-                                                                                                  '(a '
-                                                                                                  'loop-mounted '
-                                                                                                  'image '
-                                                                                                  'on '
-                                                                                                  '`scratch_base`, '
-                                                                                                  'see '
-                                                                                                  'docs/admin.md '
-                                                                                                  '"Disk '
-                                                                                                  'capacities").',
-                                                                                   'enum': ['tmpfs',
+                                                                   'tmp_backing': {'enum': ['tmpfs',
                                                                                             'disk']},
-                                                                   'tmp_default': {'description': 'The '
-                                                                                                  'tmp '
-                                                                                                  'capacity '
-                                                                                                  'of '
-                                                                                                  'jobs '
-                                                                                                  'that '
-                                                                                                  'ask '
-                                                                                                  'for '
-                                                                                                  'none. '
-                                                                                                  'Default: '
-                                                                                                  'no '
-                                                                                                  'limit.',
-                                                                                   'maxLength': 40,
+                                                                   'tmp_default': {'maxLength': 40,
                                                                                    'minimum': 1,
                                                                                    'type': ['string',
                                                                                             'integer']},
-                                                                   'tmp_from_slurm': {'default': 'none',
-                                                                                      'description': '`"scontrol"`: '
-                                                                                                     'a '
-                                                                                                     'job '
-                                                                                                     'with '
-                                                                                                     'no '
-                                                                                                     'tmp '
-                                                                                                     'directive '
-                                                                                                     'gets '
-                                                                                                     'its '
-                                                                                                     'Slurm '
-                                                                                                     '`--tmp` '
-                                                                                                     '(one '
-                                                                                                     '`squeue '
-                                                                                                     '--jobs=ID '
-                                                                                                     '-o '
-                                                                                                     '"%A '
-                                                                                                     '%i '
-                                                                                                     '%d"` '
-                                                                                                     'per '
-                                                                                                     'node '
-                                                                                                     'per '
-                                                                                                     'job: '
-                                                                                                     'its '
-                                                                                                     'answer '
-                                                                                                     'holds '
-                                                                                                     'no '
-                                                                                                     'job '
-                                                                                                     'name '
-                                                                                                     'or '
-                                                                                                     'comment; '
-                                                                                                     'the '
-                                                                                                     "prolog's "
-                                                                                                     'environment '
-                                                                                                     'does '
-                                                                                                     'not '
-                                                                                                     'carry '
-                                                                                                     '`--tmp`); '
-                                                                                                     'a '
-                                                                                                     'request '
-                                                                                                     'over '
-                                                                                                     '`tmp_max` '
-                                                                                                     'refuses '
-                                                                                                     'the '
-                                                                                                     'job.',
-                                                                                      'enum': ['none',
+                                                                   'tmp_from_slurm': {'enum': ['none',
                                                                                                'scontrol']},
-                                                                   'tmp_max': {'description': 'The '
-                                                                                              'largest '
-                                                                                              'tmp '
-                                                                                              'capacity '
-                                                                                              'a '
-                                                                                              'job '
-                                                                                              'may '
-                                                                                              'ask '
-                                                                                              'for; '
-                                                                                              'larger '
-                                                                                              'requests '
-                                                                                              'reject '
-                                                                                              'the '
-                                                                                              'job. '
-                                                                                              'Default: '
-                                                                                              'no '
-                                                                                              'limit.',
-                                                                               'maxLength': 40,
+                                                                   'tmp_max': {'maxLength': 40,
                                                                                'minimum': 1,
                                                                                'type': ['string',
                                                                                         'integer']}},
                                                     'type': 'object'},
                                        'cdi': {'additionalProperties': False,
-                                               'description': 'A CDI spec per set-up job: see '
-                                                              'docs/containers.md "CDI: containers '
-                                                              'of a job with no hook of ours".',
-                                               'properties': {'dir': {'default': '',
-                                                                      'description': 'CDI spec '
-                                                                                     'directory '
-                                                                                     '(`/var/run/cdi` '
-                                                                                     'or '
-                                                                                     '`/etc/cdi`); '
-                                                                                     'empty: no '
-                                                                                     'specs.',
-                                                                      'maxLength': 4096,
+                                               'properties': {'dir': {'maxLength': 4096,
                                                                       'pattern': '^(/[^/\\u0000]+)+/?$|^$',
                                                                       'type': 'string'},
-                                                              'owner_check': {'default': True,
-                                                                              'description': 'Put '
-                                                                                             'a '
-                                                                                             'createRuntime '
-                                                                                             'hook '
-                                                                                             'in '
-                                                                                             'the '
-                                                                                             'spec '
-                                                                                             'that '
-                                                                                             'checks '
-                                                                                             'the '
-                                                                                             "container's "
-                                                                                             'user '
-                                                                                             'is '
-                                                                                             'the '
-                                                                                             "job's "
-                                                                                             'owner.',
-                                                                              'type': 'boolean'},
-                                                              'version': {'default': '0.5.0',
-                                                                          'description': '`cdiVersion` '
-                                                                                         'written '
-                                                                                         '(0.5.0 '
-                                                                                         'by '
-                                                                                         'default: '
-                                                                                         'Podman '
-                                                                                         '4.3 '
-                                                                                         'ignores '
-                                                                                         'newer '
-                                                                                         'specs).',
-                                                                          'enum': ['0.5.0',
+                                                              'owner_check': {'type': 'boolean'},
+                                                              'version': {'enum': ['0.5.0',
                                                                                    '0.6.0',
                                                                                    '0.7.0',
                                                                                    '0.8.0',
                                                                                    '1.0.0']}},
                                                'type': 'object'},
                                        'directives': {'additionalProperties': False,
-                                                      'description': '`#JOBNS` directives in batch '
-                                                                     'scripts: see docs/users.md '
-                                                                     '"Directives".',
-                                                      'properties': {'word': {'default': 'JOBNS',
-                                                                              'description': 'The '
-                                                                                             'directive '
-                                                                                             'word '
-                                                                                             'without '
-                                                                                             '`#`, '
-                                                                                             'like '
-                                                                                             "burst_buffer.conf's "
-                                                                                             '`Directive=`.',
-                                                                              'pattern': '^[A-Za-z0-9_]{1,64}$',
+                                                      'properties': {'word': {'pattern': '^[A-Za-z0-9_]{1,64}$',
                                                                               'type': 'string'}},
                                                       'type': 'object'},
-                                       'dirs': {'default': [],
-                                                'description': 'Extra job-private directories, '
-                                                               "like Slurm's `dir_confs`: see "
-                                                               'docs/admin.md "Extra private '
-                                                               'directories".',
-                                                'items': {'additionalProperties': False,
-                                                          'properties': {'backing': {'default': 'directory',
-                                                                                     'description': '`"directory"` '
-                                                                                                    '(a '
-                                                                                                    'plain '
-                                                                                                    'directory '
-                                                                                                    'on '
-                                                                                                    'the '
-                                                                                                    "base's "
-                                                                                                    'file '
-                                                                                                    'system), '
-                                                                                                    '`"tmpfs"` '
-                                                                                                    '(a '
-                                                                                                    'size-limited '
-                                                                                                    'tmpfs), '
-                                                                                                    '`"disk"` '
-                                                                                                    '(a '
-                                                                                                    'loop-mounted '
-                                                                                                    'image '
-                                                                                                    'of '
-                                                                                                    'its '
-                                                                                                    'own, '
-                                                                                                    'made '
-                                                                                                    'in '
-                                                                                                    'the '
-                                                                                                    'base).',
-                                                                                     'enum': ['directory',
+                                       'dirs': {'items': {'additionalProperties': False,
+                                                          'properties': {'backing': {'enum': ['directory',
                                                                                               'tmpfs',
                                                                                               'disk']},
-                                                                         'base': {'description': 'The '
-                                                                                                 'node-local '
-                                                                                                 'directory '
-                                                                                                 'holding '
-                                                                                                 'each '
-                                                                                                 "job's "
-                                                                                                 'tree '
-                                                                                                 '`job-ID` '
-                                                                                                 'for '
-                                                                                                 'that '
-                                                                                                 'path; '
-                                                                                                 'one '
-                                                                                                 'base '
-                                                                                                 'per '
-                                                                                                 'entry, '
-                                                                                                 'apart '
-                                                                                                 'from '
-                                                                                                 'every '
-                                                                                                 'other '
-                                                                                                 'base '
-                                                                                                 '(`local_base`, '
-                                                                                                 '`shm_base`, '
-                                                                                                 '`shared_base`, '
-                                                                                                 '`scratch_base`, '
-                                                                                                 '`state_dir`, '
-                                                                                                 'other '
-                                                                                                 "entries'). "
-                                                                                                 'Required.',
-                                                                                  'maxLength': 4096,
+                                                                         'base': {'maxLength': 4096,
                                                                                   'minLength': 1,
                                                                                   'type': 'string'},
-                                                                         'options': {'default': [],
-                                                                                     'description': 'Mount '
-                                                                                                    'options '
-                                                                                                    'inside '
-                                                                                                    'the '
-                                                                                                    'job '
-                                                                                                    'besides '
-                                                                                                    '`nosuid,nodev` '
-                                                                                                    '(always): '
-                                                                                                    '`"noexec"`, '
-                                                                                                    '`"ro"`.',
-                                                                                     'items': {'enum': ['noexec',
+                                                                         'options': {'items': {'enum': ['noexec',
                                                                                                         'ro']},
                                                                                      'type': 'array'},
-                                                                         'path': {'description': 'An '
-                                                                                                 'extra '
-                                                                                                 'job-private '
-                                                                                                 'directory: '
-                                                                                                 'where '
-                                                                                                 'every '
-                                                                                                 'job '
-                                                                                                 'of '
-                                                                                                 'the '
-                                                                                                 'node '
-                                                                                                 'sees '
-                                                                                                 'its '
-                                                                                                 'own; '
-                                                                                                 'an '
-                                                                                                 'existing '
-                                                                                                 'directory '
-                                                                                                 'on '
-                                                                                                 'every '
-                                                                                                 'node, '
-                                                                                                 'absolute '
-                                                                                                 'and '
-                                                                                                 'normalised, '
-                                                                                                 'not '
-                                                                                                 '`/`, '
-                                                                                                 'not '
-                                                                                                 'at '
-                                                                                                 'or '
-                                                                                                 'around '
-                                                                                                 '`/tmp`, '
-                                                                                                 '`/var/tmp`, '
-                                                                                                 '`/dev/shm` '
-                                                                                                 'or '
-                                                                                                 '`state_dir`, '
-                                                                                                 'not '
-                                                                                                 'under '
-                                                                                                 '`/proc`, '
-                                                                                                 '`/sys`, '
-                                                                                                 '`/dev`, '
-                                                                                                 'never '
-                                                                                                 'inside '
-                                                                                                 'another '
-                                                                                                 "entry's "
-                                                                                                 'path. '
-                                                                                                 'Required.',
-                                                                                  'maxLength': 4096,
+                                                                         'path': {'maxLength': 4096,
                                                                                   'minLength': 1,
                                                                                   'type': 'string'},
-                                                                         'size': {'description': 'Required '
-                                                                                                 'for '
-                                                                                                 '`"tmpfs"` '
-                                                                                                 'and '
-                                                                                                 '`"disk"`, '
-                                                                                                 'refused '
-                                                                                                 'for '
-                                                                                                 '`"directory"`; '
-                                                                                                 'a '
-                                                                                                 'size '
-                                                                                                 'as '
-                                                                                                 'for '
-                                                                                                 'capacities '
-                                                                                                 '(`"200GiB"`) '
-                                                                                                 'or '
-                                                                                                 'bytes.',
-                                                                                  'maxLength': 40,
+                                                                         'size': {'maxLength': 40,
                                                                                   'minimum': 1,
                                                                                   'type': ['string',
                                                                                            'integer']}},
                                                           'required': ['path', 'base'],
                                                           'type': 'object'},
                                                 'type': 'array'},
-                                       'kill_wait': {'default': 30,
-                                                     'description': 'Seconds between SIGTERM and '
-                                                                    "SIGKILL (Slurm's `KillWait`).",
-                                                     'maximum': 86400,
+                                       'kill_wait': {'maximum': 86400,
                                                      'minimum': 0,
                                                      'type': 'number'},
                                        'lifecycle': {'additionalProperties': False,
-                                                     'description': 'Pre-run and post-run '
-                                                                    'programs: see docs/admin.md '
-                                                                    '"States".',
-                                                     'properties': {'post_run': {'default': '',
-                                                                                 'description': 'Program '
-                                                                                                'run '
-                                                                                                'as '
-                                                                                                'root '
-                                                                                                '(no '
-                                                                                                'shell) '
-                                                                                                'after '
-                                                                                                'the '
-                                                                                                "job's "
-                                                                                                'tasks '
-                                                                                                'ended, '
-                                                                                                'before '
-                                                                                                'stage-out; '
-                                                                                                'failing '
-                                                                                                'is '
-                                                                                                'reported.',
-                                                                                 'maxLength': 4096,
+                                                     'properties': {'post_run': {'maxLength': 4096,
                                                                                  'type': 'string'},
-                                                                    'pre_run': {'default': '',
-                                                                                'description': 'Program '
-                                                                                               'run '
-                                                                                               'as '
-                                                                                               'root '
-                                                                                               '(no '
-                                                                                               'shell) '
-                                                                                               'once '
-                                                                                               'the '
-                                                                                               "job's "
-                                                                                               'namespace '
-                                                                                               'exists, '
-                                                                                               'before '
-                                                                                               'its '
-                                                                                               'tasks; '
-                                                                                               'failing '
-                                                                                               'fails '
-                                                                                               'the '
-                                                                                               'job.',
-                                                                                'maxLength': 4096,
+                                                                    'pre_run': {'maxLength': 4096,
                                                                                 'type': 'string'},
-                                                                    'program_timeout': {'default': 300,
-                                                                                        'description': 'Seconds '
-                                                                                                       'before '
-                                                                                                       'a '
-                                                                                                       'pre-run '
-                                                                                                       'or '
-                                                                                                       'post-run '
-                                                                                                       'program '
-                                                                                                       'is '
-                                                                                                       'killed.',
-                                                                                        'maximum': 86400,
+                                                                    'program_timeout': {'maximum': 86400,
                                                                                         'minimum': 1,
                                                                                         'type': 'number'}},
                                                      'type': 'object'},
-                                       'local_base': {'default': '/tmp',
-                                                      'description': 'Where `job-ID/{tmp,var_tmp}` '
-                                                                     'are made (local layout). A '
-                                                                     'root-owned base such as '
-                                                                     '`/var/lib/jobns` is safer '
-                                                                     'than world-writable `/tmp`: '
-                                                                     'in `/tmp` another user can '
-                                                                     'squat `job-ID` ahead of a '
-                                                                     'job (jobns then refuses to '
-                                                                     'start it, never uses the '
-                                                                     "squatter's directory).",
-                                                      'maxLength': 4096,
+                                       'local_base': {'maxLength': 4096,
                                                       'minLength': 1,
                                                       'type': 'string'},
-                                       'shared_base': {'default': '',
-                                                       'description': 'Cluster file system base '
-                                                                      'for `--use-shared-tmpdir`; '
-                                                                      'empty (the default): no '
-                                                                      'shared layout.',
-                                                       'maxLength': 4096,
-                                                       'type': 'string'},
-                                       'shm_base': {'default': '/dev/shm',
-                                                    'description': 'Where `job-ID` is made and '
-                                                                   'bound over `/dev/shm`.',
-                                                    'maxLength': 4096,
+                                       'shared_base': {'maxLength': 4096, 'type': 'string'},
+                                       'shm_base': {'maxLength': 4096,
                                                     'minLength': 1,
                                                     'type': 'string'},
                                        'slurm': {'additionalProperties': False,
-                                                 'description': 'Slurm integration: see '
-                                                                'docs/admin.md "Enforced by '
-                                                                'Slurm".',
-                                                 'properties': {'bin_dir': {'description': 'Where '
-                                                                                           "Slurm's "
-                                                                                           'commands '
-                                                                                           '(`scontrol`, '
-                                                                                           '`squeue`) '
-                                                                                           'are '
-                                                                                           'when '
-                                                                                           'not in '
-                                                                                           '`/usr/sbin`, '
-                                                                                           '`/usr/bin`, '
-                                                                                           '`/sbin`, '
-                                                                                           '`/bin` '
-                                                                                           'or '
-                                                                                           '`/usr/local/{sbin,bin}`; '
-                                                                                           'searched '
-                                                                                           'first. '
-                                                                                           'Root '
-                                                                                           'never '
-                                                                                           'searches '
-                                                                                           '`PATH` '
-                                                                                           '(slurmd '
-                                                                                           'gives '
-                                                                                           'its '
-                                                                                           'prolog '
-                                                                                           'none). '
-                                                                                           'Default: '
-                                                                                           'none.',
-                                                                            'pattern': '^/',
+                                                 'properties': {'bin_dir': {'pattern': '^/',
                                                                             'type': 'string'},
-                                                                'enforce': {'default': False,
-                                                                            'description': 'The '
-                                                                                           'site '
-                                                                                           'puts '
-                                                                                           'every '
-                                                                                           'task '
-                                                                                           'in its '
-                                                                                           "job's "
-                                                                                           'namespace '
-                                                                                           'with '
-                                                                                           'the '
-                                                                                           'jobns '
-                                                                                           'SPANK '
-                                                                                           'plugin: '
-                                                                                           'setup '
-                                                                                           'makes '
-                                                                                           'the '
-                                                                                           "job's "
-                                                                                           'namespace '
-                                                                                           "root's "
-                                                                                           '(no '
-                                                                                           'user '
-                                                                                           'namespace) '
-                                                                                           'and '
-                                                                                           'writes '
-                                                                                           'the '
-                                                                                           'job '
-                                                                                           'environment '
-                                                                                           'for '
-                                                                                           'the '
-                                                                                           'plugin; '
-                                                                                           'see '
-                                                                                           'docs/admin.md '
-                                                                                           '"Enforced '
-                                                                                           'by '
-                                                                                           'Slurm". '
-                                                                                           'Set it '
-                                                                                           'on '
-                                                                                           'every '
-                                                                                           'node '
-                                                                                           'whose '
-                                                                                           '`plugstack.conf` '
-                                                                                           'loads '
-                                                                                           'the '
-                                                                                           'plugin, '
-                                                                                           'and '
-                                                                                           'only '
-                                                                                           'there.',
-                                                                            'type': 'boolean'}},
+                                                                'enforce': {'type': 'boolean'}},
                                                  'type': 'object'},
                                        'staging': {'additionalProperties': False,
-                                                   'description': 'Session-directory staging '
-                                                                  "(ARC's session and scratch "
-                                                                  'directories) and `#JOBNS '
-                                                                  'stage_in`/`stage_out`: see '
-                                                                  'docs/users.md "Staging".',
-                                                   'properties': {'dynamic_scratch': {'default': False,
-                                                                                      'description': 'Scratch '
-                                                                                                     'is '
-                                                                                                     '`<scratchdir>/<lrms-job-id>/<arc-job-id>` '
-                                                                                                     "(ARC's "
-                                                                                                     'ENV/LRMS-SCRATCH) '
-                                                                                                     'instead '
-                                                                                                     'of '
-                                                                                                     '`<scratchdir>/<arc-job-id>`.',
-                                                                                      'type': 'boolean'},
-                                                                  'session_dir': {'default': '',
-                                                                                  'description': 'How '
-                                                                                                 'setup '
-                                                                                                 'finds '
-                                                                                                 'a '
-                                                                                                 "job's "
-                                                                                                 'session '
-                                                                                                 'directory '
-                                                                                                 'when '
-                                                                                                 '`--session-dir` '
-                                                                                                 'is '
-                                                                                                 'not '
-                                                                                                 'given: '
-                                                                                                 'a '
-                                                                                                 'path '
-                                                                                                 'with '
-                                                                                                 'symbols '
-                                                                                                 '(`%d`: '
-                                                                                                 'the '
-                                                                                                 "job's "
-                                                                                                 'working '
-                                                                                                 'directory, '
-                                                                                                 'as '
-                                                                                                 'ARC '
-                                                                                                 'submits); '
-                                                                                                 'empty: '
-                                                                                                 'no '
-                                                                                                 'session '
-                                                                                                 'staging.',
-                                                                                  'maxLength': 4096,
+                                                   'properties': {'dynamic_scratch': {'type': 'boolean'},
+                                                                  'session_dir': {'maxLength': 4096,
                                                                                   'type': 'string'},
-                                                                  'session_roots': {'default': [],
-                                                                                    'description': "arc.conf's "
-                                                                                                   'sessiondir '
-                                                                                                   'roots: '
-                                                                                                   'a '
-                                                                                                   'session '
-                                                                                                   'directory '
-                                                                                                   'is '
-                                                                                                   '`<root>/<arc-job-id>`.',
-                                                                                    'items': {'maxLength': 4096,
+                                                                  'session_roots': {'items': {'maxLength': 4096,
                                                                                               'minLength': 1,
                                                                                               'type': 'string'},
                                                                                     'type': 'array'},
-                                                                  'stage_roots': {'default': [],
-                                                                                  'description': 'Host '
-                                                                                                 'directories '
-                                                                                                 '`stage_in` '
-                                                                                                 'sources '
-                                                                                                 'and '
-                                                                                                 '`stage_out` '
-                                                                                                 'destinations '
-                                                                                                 'may '
-                                                                                                 'lie '
-                                                                                                 'in '
-                                                                                                 '(the '
-                                                                                                 "job's "
-                                                                                                 'session '
-                                                                                                 'directory '
-                                                                                                 'is '
-                                                                                                 'always '
-                                                                                                 'allowed).',
-                                                                                  'items': {'maxLength': 4096,
+                                                                  'stage_roots': {'items': {'maxLength': 4096,
                                                                                             'minLength': 1,
                                                                                             'type': 'string'},
                                                                                   'type': 'array'},
-                                                                  'stdio': {'default': ['stdout',
-                                                                                        'stderr'],
-                                                                            'description': 'Files '
-                                                                                           'that '
-                                                                                           'stay '
-                                                                                           'in the '
-                                                                                           'session '
-                                                                                           'directory '
-                                                                                           'and '
-                                                                                           'are '
-                                                                                           'symlinked '
-                                                                                           'into '
-                                                                                           'scratch.',
-                                                                            'items': {'maxLength': 255,
+                                                                  'stdio': {'items': {'maxLength': 255,
                                                                                       'minLength': 1,
                                                                                       'type': 'string'},
                                                                             'type': 'array'},
-                                                                  'timeout': {'default': 0,
-                                                                              'description': 'Seconds '
-                                                                                             'a '
-                                                                                             'movetool '
-                                                                                             'may '
-                                                                                             'run '
-                                                                                             'for '
-                                                                                             'one '
-                                                                                             'entry; '
-                                                                                             '0: '
-                                                                                             'no '
-                                                                                             'limit.',
-                                                                              'maximum': 604800,
+                                                                  'timeout': {'maximum': 604800,
                                                                               'minimum': 0,
                                                                               'type': 'number'}},
                                                    'type': 'object'},
-                                       'state_dir': {'default': '/run/jobns',
-                                                     'description': 'Root-only directory for job '
-                                                                    'records, locks and namespace '
-                                                                    'pins; jobns makes it a '
-                                                                    'private bind mount of itself '
-                                                                    '(pins must not propagate).',
-                                                     'maxLength': 4096,
+                                       'state_dir': {'maxLength': 4096,
                                                      'minLength': 1,
                                                      'type': 'string'}},
-                        'title': 'jobns site configuration (/etc/jobns/jobns.toml)',
                         'type': 'object'},
  'hooks-d.schema.json': {'$id': 'https://jobns.invalid/schemas/hooks-d.schema.json',
                          '$schema': 'https://json-schema.org/draft/2020-12/schema',
@@ -887,14 +142,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                          'type': 'array'},
                                                                 'env': {'items': {'type': 'string'},
                                                                         'type': 'array'},
-                                                                'path': {'description': 'Absolute '
-                                                                                        'path of '
-                                                                                        'the '
-                                                                                        'program; '
-                                                                                        'args[0] '
-                                                                                        'is its '
-                                                                                        'argv[0].',
-                                                                         'minLength': 2,
+                                                                'path': {'minLength': 2,
                                                                          'pattern': '^/',
                                                                          'type': 'string'},
                                                                 'timeout': {'minimum': 1,
@@ -913,154 +161,43 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                         'when': {'additionalProperties': False,
                                                  'properties': {'always': {'type': 'boolean'},
                                                                 'annotations': {'additionalProperties': {'type': 'string'},
-                                                                                'description': 'Regular '
-                                                                                               'expressions: '
-                                                                                               'key '
-                                                                                               'pattern '
-                                                                                               '-> '
-                                                                                               'value '
-                                                                                               'pattern.',
                                                                                 'type': 'object'},
                                                                 'commands': {'items': {'type': 'string'},
                                                                              'type': 'array'},
                                                                 'hasBindMounts': {'type': 'boolean'}},
                                                  'type': 'object'}},
                          'required': ['version', 'hook', 'when', 'stages'],
-                         'title': 'An oci-hooks 1.0.0 file, as Podman/CRI-O read from a hooks.d '
-                                  'directory (oci-hooks(5))',
                          'type': 'object'},
  'job-state.schema.json': {'$defs': {'copy': {'additionalProperties': False,
                                               'properties': {'destination': {'minLength': 1,
                                                                              'type': 'string'},
-                                                             'line': {'description': 'The '
-                                                                                     'directive, '
-                                                                                     'for '
-                                                                                     'messages.',
-                                                                      'type': 'string'},
+                                                             'line': {'type': 'string'},
                                                              'source': {'minLength': 1,
                                                                         'type': 'string'}},
                                               'required': ['source', 'destination', 'line'],
                                               'type': 'object'},
                                      'tree': {'additionalProperties': False,
-                                              'properties': {'backing': {'description': 'An extra '
-                                                                                        "directory's "
-                                                                                        'backing, '
-                                                                                        'as '
-                                                                                        'configured '
-                                                                                        'at setup '
-                                                                                        '(a '
-                                                                                        'standalone '
-                                                                                        'run makes '
-                                                                                        'plain '
-                                                                                        'directories).',
-                                                                         'enum': ['directory',
+                                              'properties': {'backing': {'enum': ['directory',
                                                                                   'tmpfs',
                                                                                   'disk']},
                                                              'base': {'minLength': 1,
                                                                       'type': 'string'},
-                                                             'capacity': {'description': 'Bytes of '
-                                                                                         'the '
-                                                                                         'size-limited '
-                                                                                         'tmpfs '
-                                                                                         'mounted '
-                                                                                         'on the '
-                                                                                         'tree '
-                                                                                         'root; '
-                                                                                         'null: '
-                                                                                         'none.',
-                                                                          'minimum': 1,
+                                                             'capacity': {'minimum': 1,
                                                                           'type': ['integer',
                                                                                    'null']},
                                                              'children': {'items': {'type': 'string'},
                                                                           'type': 'array'},
-                                                             'cover': {'description': 'An extra '
-                                                                                      'directory '
-                                                                                      'with '
-                                                                                      'options: '
-                                                                                      'the mount '
-                                                                                      'id of its '
-                                                                                      'cover, the '
-                                                                                      'flagged '
-                                                                                      'bind setup '
-                                                                                      'put on its '
-                                                                                      'tree root '
-                                                                                      '(launcher.dirs); '
-                                                                                      'teardown '
-                                                                                      'detaches it '
-                                                                                      'by this id.',
-                                                                       'pattern': '^[0-9]+$',
+                                                             'cover': {'pattern': '^[0-9]+$',
                                                                        'type': 'string'},
-                                                             'image': {'description': 'A disk '
-                                                                                      'capacity: '
-                                                                                      'the image '
-                                                                                      'file on the '
-                                                                                      'scratch '
-                                                                                      'base, named '
-                                                                                      'here before '
-                                                                                      'it is made '
-                                                                                      '(launcher.diskimage).',
-                                                                       'minLength': 1,
+                                                             'image': {'minLength': 1,
                                                                        'type': 'string'},
-                                                             'made': {'description': 'This setup '
-                                                                                     'created it: '
-                                                                                     'a setup that '
-                                                                                     'fails '
-                                                                                     'removes only '
-                                                                                     'what it '
-                                                                                     'made.',
-                                                                      'type': 'boolean'},
+                                                             'made': {'type': 'boolean'},
                                                              'mount': {'additionalProperties': False,
-                                                                       'description': 'The '
-                                                                                      "capacity's "
-                                                                                      'mount as '
-                                                                                      'the kernel '
-                                                                                      'identified '
-                                                                                      'it when '
-                                                                                      'setup made '
-                                                                                      'it '
-                                                                                      '(launcher.mountinfo.Identity): '
-                                                                                      'teardown, '
-                                                                                      'recover and '
-                                                                                      'gc take '
-                                                                                      'only this '
-                                                                                      'mount on '
-                                                                                      'the tree '
-                                                                                      'root for '
-                                                                                      "jobns's (a "
-                                                                                      'user can '
-                                                                                      'give her '
-                                                                                      'FUSE mount '
-                                                                                      'any source '
-                                                                                      'name). '
-                                                                                      'Absent in '
-                                                                                      'records of '
-                                                                                      'earlier '
-                                                                                      'versions, '
-                                                                                      'and until '
-                                                                                      'the '
-                                                                                      'capacity is '
-                                                                                      'mounted.',
-                                                                       'properties': {'dev': {'description': 'st_dev '
-                                                                                                             'of '
-                                                                                                             'its '
-                                                                                                             'file '
-                                                                                                             'system.',
-                                                                                              'minimum': 0,
+                                                                       'properties': {'dev': {'minimum': 0,
                                                                                               'type': 'integer'},
                                                                                       'fstype': {'minLength': 1,
                                                                                                  'type': 'string'},
-                                                                                      'id': {'description': 'Its '
-                                                                                                            'mount '
-                                                                                                            'id '
-                                                                                                            '(mnt_id '
-                                                                                                            'in '
-                                                                                                            '/proc/self/fdinfo, '
-                                                                                                            'the '
-                                                                                                            'first '
-                                                                                                            'field '
-                                                                                                            'of '
-                                                                                                            '/proc/self/mountinfo).',
-                                                                                             'minimum': 1,
+                                                                                      'id': {'minimum': 1,
                                                                                              'type': 'integer'}},
                                                                        'required': ['id',
                                                                                     'dev',
@@ -1068,13 +205,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                        'type': 'object'},
                                                              'name': {'minLength': 1,
                                                                       'type': 'string'},
-                                                             'options': {'description': 'An extra '
-                                                                                        "directory's "
-                                                                                        'mount '
-                                                                                        'options '
-                                                                                        'besides '
-                                                                                        'nosuid,nodev.',
-                                                                         'items': {'enum': ['noexec',
+                                                             'options': {'items': {'enum': ['noexec',
                                                                                             'ro']},
                                                                          'type': 'array'},
                                                              'parents': {'items': {'type': 'string'},
@@ -1085,20 +216,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                'shm',
                                                                                'scratch',
                                                                                'dir']},
-                                                             'target': {'description': 'An extra '
-                                                                                       'private '
-                                                                                       'directory '
-                                                                                       '([[dirs]]): '
-                                                                                       'where the '
-                                                                                       'job sees '
-                                                                                       'this tree; '
-                                                                                       'its bind '
-                                                                                       'comes from '
-                                                                                       'here, '
-                                                                                       'never from '
-                                                                                       'the '
-                                                                                       'config.',
-                                                                        'minLength': 2,
+                                                             'target': {'minLength': 2,
                                                                         'pattern': '^/',
                                                                         'type': 'string'}},
                                               'required': ['role',
@@ -1144,14 +262,8 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                   'user': {'type': ['string',
                                                                                     'null']}},
                                                    'type': 'object'},
-                                          'ran': {'description': 'The job reached running: '
-                                                                 'post-run and stage_out '
-                                                                 'directives apply.',
-                                                  'type': 'boolean'},
+                                          'ran': {'type': 'boolean'},
                                           'staging': {'additionalProperties': False,
-                                                      'description': 'Host paths, all resolved and '
-                                                                     'confined at setup '
-                                                                     "(docs/users.md 'Staging').",
                                                       'properties': {'link_stdio': {'type': 'boolean'},
                                                                      'movetool': {'type': 'string'},
                                                                      'runtime_scratchdir': {'type': 'string'},
@@ -1216,14 +328,10 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                         'kill_wait',
                                         'teardown_failures',
                                         'history'],
-                           'title': 'jobns persisted job state (<state_dir>/jobs/<id>/state.json)',
                            'type': 'object'},
  'oci-state.schema.json': {'$id': 'https://jobns.invalid/schemas/oci-state.schema.json',
                            '$schema': 'https://json-schema.org/draft/2020-12/schema',
                            'anyOf': [{'required': ['bundle']}, {'required': ['bundlePath']}],
-                           'description': 'Runtimes add their own keys (crun: root), so unknown '
-                                          'keys are allowed. Older runtimes name the bundle '
-                                          'bundlePath; jobns needs one of the two.',
                            'properties': {'annotations': {'additionalProperties': {'type': 'string'},
                                                           'type': 'object'},
                                           'bundle': {'maxLength': 4096,
@@ -1238,9 +346,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                           'ociVersion': {'maxLength': 256,
                                                          'minLength': 1,
                                                          'type': 'string'},
-                                          'pid': {'description': "Host pid of the container's "
-                                                                 'init; absent or 0 once stopped.',
-                                                  'maximum': 4194304,
+                                          'pid': {'maximum': 4194304,
                                                   'minimum': 0,
                                                   'type': 'integer'},
                                           'status': {'enum': ['creating',
@@ -1249,6 +355,4 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                               'stopped',
                                                               'paused']}},
                            'required': ['ociVersion', 'id', 'status'],
-                           'title': "OCI runtime state, as a runtime writes it to a hook's stdin "
-                                    '(runtime-spec runtime.md#state)',
                            'type': 'object'}}
