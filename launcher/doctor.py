@@ -423,14 +423,17 @@ def path_guarded(path: str, what: str) -> list[Finding]:
     return out
 
 
-def reachable(what: str, path: str, enforce: bool) -> list[Finding]:
+def reachable(what: str, path: str, enforce: bool, covered: bool = False) -> list[Finding]:
     """In the voluntary mode the namespace holder (launcher.pins), already the job user,
     opens each base by its path again (launcher.fs.reopen: open(base, O_RDONLY) needs
     search on every directory above the base and read on it, then the job's tree is
     looked up in it: search on the base). A base only root may enter fails every job's
     prolog ("open ... base: Permission denied", exit 125) and the node drains. Checked
-    for a user in none of the directories' groups (their "other" bits). With
-    [slurm] enforce root makes the namespace, and nothing is needed."""
+    for a user in none of the directories' groups (their "other" bits). A covered base
+    (launcher.namespace.cover_bases: root hides it under a 0755 tmpfs holding the job's
+    own trees before the holder becomes the user) may itself be root's 0700: only the
+    directories above it are looked up. With [slurm] enforce root makes the namespace,
+    and nothing is needed."""
     if enforce or not path or not os.path.isdir(path):
         return []  # base() already says what is wrong with a missing one
     real = os.path.realpath(path)
@@ -438,7 +441,9 @@ def reachable(what: str, path: str, enforce: bool) -> list[Finding]:
     walked = [*reversed(_parents(path)), *reversed(_parents(real))]
     above = dict.fromkeys(os.path.realpath(d) for d in walked)
     needs = [(d, 0o001, "search") for d in above]
-    for d, bits, how in [*needs, (real, 0o005, "read and search")]:
+    if not covered:
+        needs.append((real, 0o005, "read and search"))
+    for d, bits, how in needs:
         st = os.stat(d)
         if st.st_mode & bits != bits:
             fix = f"chmod o+rx {d}" if d == real else f"chmod o+x {d}"
@@ -453,6 +458,12 @@ def reachable(what: str, path: str, enforce: bool) -> list[Finding]:
                 )
             ]
     return []
+
+
+def _inside_any(path: str, points: list[str]) -> bool:
+    """Whether path is one of points or below one (as written: the job's binds are)."""
+    path = os.path.normpath(path)
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in points)
 
 
 def _parents(path: str) -> list[str]:
@@ -1085,12 +1096,16 @@ def check(
     found += kernel()
     found += loop_devices()
     found += state_dir(config.state_dir)
+    # A base inside none of the job's mount points is covered in its namespace.
+    points = ["/tmp", "/var/tmp", "/dev/shm", *(d.path for d in config.dirs)]
     for role in ("local_base", "shm_base", "shared_base"):
-        found += base(role, str(getattr(config, role)))
-        found += reachable(role, str(getattr(config, role)), config.enforce)
+        where = str(getattr(config, role))
+        found += base(role, where)
+        found += reachable(role, where, config.enforce, not _inside_any(where, points))
     for d in config.dirs:
         found += extra_dir(d)
-        found += reachable(f"[[dirs]] base of {d.path}:", d.base, config.enforce)
+        covered = not _inside_any(d.base, points)
+        found += reachable(f"[[dirs]] base of {d.path}:", d.base, config.enforce, covered)
     found += scratch_base(config)
     found += disk_programs(config)
     found += programs(config)

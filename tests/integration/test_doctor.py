@@ -201,32 +201,36 @@ def test_the_configured_cdi_directory_is_checked(node: Node) -> None:
 
 
 def test_a_dirs_base_the_job_user_cannot_enter(node: Node, users: list[OsUser]) -> None:
-    """A [[dirs]] base of root's with mode 0700: doctor said ok, yet without [slurm]
-    enforce every job's prolog failed ("open dir base ...: Permission denied", exit 125)
-    and the node drained: the namespace is made as the job user, who opens the base.
-    Doctor now says so, and what it says matches what the prolog does."""
+    """A [[dirs]] base below a directory of root's with mode 0700: doctor said ok, yet
+    without [slurm] enforce every job's prolog failed ("open dir base ...: Permission
+    denied", exit 125) and the node drained: the namespace is made as the job user, who
+    looks the base up. Doctor now says so, and what it says matches what the prolog
+    does. The base itself may be 0700: inside the job it is covered by root before the
+    holder becomes the user (launcher.namespace.cover_bases)."""
     box, alice = node.box, users[0]
     node.plugstack.write_text("")  # the voluntary mode: no SPANK plugin
-    base, target = box.root / "xbase", box.root / "mnt" / "x"
-    base.mkdir(mode=0o700)
+    top, target = box.root / "xtop", box.root / "mnt" / "x"
+    base = top / "xbase"
+    base.mkdir(parents=True, mode=0o700)
+    top.chmod(0o700)
     target.mkdir(parents=True)
     entry = f'[[dirs]]\npath = "{target}"\nbase = "{base}"\n'
     box.write_config(extra=entry)
     code, problems, lines = node.doctor()
     assert code == 125 and len(problems) == 1, lines
-    assert f"an ordinary user may not read and search {base} (uid 0, mode 0700)" in problems[0]
-    assert f"fix: chmod o+rx {base}" in problems[0]
+    assert f"an ordinary user may not search {top} (uid 0, mode 0700)" in problems[0]
+    assert f"fix: chmod o+x {top}" in problems[0]
     r = as_slurmd(box, "setup", "d1", alice)
-    assert r.returncode == 125 and f"open dir base {base}: Permission denied" in r.stderr
+    assert r.returncode == 125 and "Permission denied" in r.stderr, r.stderr
     assert as_slurmd(box, "teardown", "d1", alice).returncode == 0
-    base.chmod(0o755)  # the fix doctor names
+    top.chmod(0o755)  # the fix doctor names; the base stays 0700
     code, problems, lines = node.doctor()
     assert (code, problems) == (0, []), lines
     r = as_slurmd(box, "setup", "d2", alice)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert as_slurmd(box, "teardown", "d2", alice).returncode == 0
     # Enforced, root makes the namespace: 0700 is fine, and doctor says nothing.
-    base.chmod(0o700)
+    top.chmod(0o700)
     node.plugstack.write_text(f"required {node.so}\n")
     box.write_config(extra="[slurm]\nenforce = true\n" + entry)
     code, problems, lines = node.doctor()
