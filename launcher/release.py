@@ -199,16 +199,26 @@ def _spawn(h: Handover, fds: list[int]) -> None:
     from jobns.launcher.fork import spawn
 
     r, w = os.pipe2(os.O_CLOEXEC)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
 
     def work() -> None:
-        os.setsid()  # out of the epilog's session: slurmd's signals are not for it
+        state.pause_point("release-fork")
+        os.setsid()  # out of the epilog's session and process group
+        os.close(out_w)  # the epilog may go on (and exit) now
         os.read(r, 1)  # EOF: the epilog has exited (or died)
         os.nice(10)  # the next job comes first
         release(h)
 
-    child = spawn(work, keep=[r, *fds])
+    child = spawn(work, keep=[r, out_w, *fds])
     os.close(child.report_fd)
     os.close(r)
+    os.close(out_w)
+    # slurmd kills the epilog's process group once the epilog exits (seen on 26.05 in
+    # the rig): wait until the child has left it. On a loaded node the child may not
+    # run at all before the epilog's end, and was killed there with the trees named
+    # in its record, left until a gc (the rig's tests caught it under CI's load).
+    os.read(out_r, 1)  # EOF: the child has its own session (or died)
+    os.close(out_r)
     _waiting.append(w)  # closed when this process exits
 
 

@@ -270,7 +270,7 @@ def leftovers(peer: Peer, job_id: str) -> list[str]:
     return found
 
 
-def settle(peer: Peer, job_id: str, timeout: float = 20) -> list[str]:
+def settle(peer: Peer, job_id: str, timeout: float = 60) -> list[str]:
     """Leftovers once the node has had `timeout` s to clean up (an epilog, an extern
     step's end); [] as soon as there are none."""
     deadline = time.monotonic() + timeout

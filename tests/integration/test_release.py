@@ -184,3 +184,42 @@ def test_gc_leaves_the_trees_of_a_live_release_alone(sandbox: Sandbox, users: li
     finally:
         os.kill(pid, signal.SIGCONT)
     assert_clean(sandbox)
+
+
+def test_slurmd_killing_the_epilogs_process_group_spares_the_release(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """slurmd kills the epilog's process group as soon as the epilog exits (seen on
+    Slurm 26.05: a plain child of the epilog dies, a setsid one lives). The release
+    process leaves that group first thing; the epilog must not exit before it has, or
+    on a loaded node the release dies in the epilog's group and the job's trees stay
+    (the rig's Slurm tests failed so under CI's load). Here the release stops itself
+    before it leaves the group: the epilog must still be waiting for it."""
+    alice = users[0]
+    setup(sandbox, "R9", "--user", alice.name)
+    r = sandbox.run(["run", "--job-id", "R9", "--", "sh", "-c", FILES], user=alice)
+    assert r.returncode == 0, r.stderr
+    epilog = subprocess.Popen(
+        sandbox.cmd(["teardown", "--job-id", "R9"]),
+        env={**os.environ, "JOBNS_TEST_PAUSE_IN": "release-fork"},
+        process_group=0,  # as slurmd starts it
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    child = release_of(sandbox, "R9")
+    try:
+        early = epilog.wait(timeout=2)  # must time out: the release is still in the group
+    except subprocess.TimeoutExpired:
+        early = None
+    os.kill(child, signal.SIGCONT)
+    code = epilog.wait(timeout=60) if early is None else early
+    try:
+        os.killpg(epilog.pid, signal.SIGKILL)  # what slurmd does after the epilog
+    except ProcessLookupError:
+        pass
+    assert early is None, "the epilog exited while its release was still in its group"
+    assert code == 0
+    sandbox.wait_released()
+    assert releases(sandbox) == []
+    assert_clean(sandbox)
