@@ -10,8 +10,9 @@ interleaved runs, against the venv's `python -I -c pass`):
   their pyc, the collector paused while they load: 1.30x the bare interpreter, 1.38x
   without it (~1.5 ms a task);
 * a root jobns whose environment holds a PYTHON* variable (other than the HARMLESS
-  ones below) starts again isolated (`python -I`), so that a stray PYTHONPATH, PYTHONPYCACHEPREFIX or PYTHONWARNINGS in
-  root's environment decides nothing after this module's own import. It costs nothing
+  ones below) starts again isolated (`python -I`), so that a stray PYTHONPATH,
+  PYTHONPYCACHEPREFIX or PYTHONWARNINGS in root's environment decides nothing after
+  this module's own import. It costs nothing
   when there is none, which is always on a node: root's callers (slurmd's prolog and
   epilog, the runtime's OCI hook from hooks.d, systemd units) set root's environment,
   never a job user's. A user's own `jobns run` keeps her environment: it runs with her
