@@ -55,6 +55,17 @@ def test_the_installed_script_is_the_packaged_entry_point() -> None:
     assert "from jobns.launcher.entry import main" in Path(JOBNS).read_text()
 
 
+# What passes through the import system when a task makes its own namespace: the entry
+# and the loader itself, then plan, removal and fs through the finder (bytecode.LAUNCH).
+OWN_NAMESPACE_LAUNCH = [
+    "jobns.launcher.bytecode",
+    "jobns.launcher.entry",
+    "jobns.launcher.plan",
+    "jobns.launcher.removal",
+    "jobns.launcher.fs",
+]
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("who", ["root", "user"])
 def test_every_module_of_a_task_launch_is_preloaded(
@@ -64,13 +75,7 @@ def test_every_module_of_a_task_launch_is_preloaded(
     args = ["run", "--job-id", f"bc-{who}", "--", "true"]
     # A task making its own namespace also plans and makes its trees: those modules
     # come through the finder (bytecode.LAUNCH says why).
-    assert imported_by_import_system(sandbox, args, user) == [
-        "jobns.launcher.bytecode",
-        "jobns.launcher.entry",
-        "jobns.launcher.plan",
-        "jobns.launcher.removal",
-        "jobns.launcher.fs",
-    ]
+    assert imported_by_import_system(sandbox, args, user) == OWN_NAMESPACE_LAUNCH
     assert sandbox.leftovers() == []
 
 

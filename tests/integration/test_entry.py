@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, OsUser, Sandbox, require_root
-from tests.integration.test_bytecode import imported_by_import_system
+from tests.integration.test_bytecode import OWN_NAMESPACE_LAUNCH, imported_by_import_system
 
 pytestmark = pytest.mark.root
 
@@ -62,15 +62,8 @@ def test_a_pip_installed_task_launch_loads_its_modules_from_byte_code(
 ) -> None:
     user = users[0] if who == "user" else None
     args = ["run", "--job-id", f"pip-{who}", "--", "true"]
-    # Only the entry and the loader itself pass through the import system; a task making
-    # its own namespace also gets plan, removal and fs through the finder (bytecode.LAUNCH).
-    assert imported_by_import_system(sandbox, args, user, jobns=str(pip_jobns)) == [
-        "jobns.launcher.bytecode",
-        "jobns.launcher.entry",
-        "jobns.launcher.plan",
-        "jobns.launcher.removal",
-        "jobns.launcher.fs",
-    ]
+    found = imported_by_import_system(sandbox, args, user, jobns=str(pip_jobns))
+    assert found == OWN_NAMESPACE_LAUNCH
     assert sandbox.leftovers() == []
 
 
