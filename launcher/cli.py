@@ -41,6 +41,13 @@ class Command:
 
 
 JOB_ID = Opt("--job-id", VALUE, "job id (default: $SLURM_JOB_ID)", "ID")
+RUN_JOB_ID = Opt(
+    "--job-id",
+    VALUE,
+    "job id (default: $SLURM_JOB_ID, else a new job of this command only, "
+    "id run-PID-HEX, in $JOBNS_JOB_ID)",
+    "ID",
+)
 USER = Opt(
     "--user",
     VALUE,
@@ -137,7 +144,7 @@ COMMANDS: dict[str, Command] = {
             "run",
             "jobns.launcher.run:main",
             "run COMMAND with the job's private /tmp, /var/tmp and /dev/shm",
-            [JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, NET, DRY_RUN],
+            [RUN_JOB_ID, USER, SHARED, NO_RM, KILL_WAIT, CONFIG, NET, DRY_RUN],
             args="COMMAND",
             help="Runs COMMAND in a mount namespace where /tmp, /var/tmp and /dev/shm are the "
             "job's own directories, supervises it like slurmstepd supervises a task, and "
@@ -145,7 +152,9 @@ COMMANDS: dict[str, Command] = {
             "Exit status: COMMAND's; 128+N if it died of signal N; 125 if jobns failed "
             "before COMMAND ran; 126 not executable; 127 not found.\n"
             "If `jobns setup` prepared the job on this node, COMMAND joins the job's "
-            "namespace and the options given to setup apply.",
+            "namespace and the options given to setup apply.\n"
+            "Outside Slurm, with no --job-id, COMMAND is a job of its own: a new id "
+            "(run-PID-HEX, never a Slurm job id) and directories removed when it ends.",
         ),
         Command(
             "setup",

@@ -118,6 +118,21 @@ class Job:
         self.rank = rank
 
 
+MADE_UP_PREFIX = "run-"
+
+
+def made_up_job_id() -> str:
+    """The job id of a `jobns run` with neither --job-id nor SLURM_JOB_ID: run-PID-HEX.
+
+    A Slurm job id is a decimal number, with an array (_N) or het (+N) suffix: one that
+    starts with a letter is never one, so this id never names (or collides with) a real
+    job, and gc never asks Slurm about it. The pid keeps two runs on one node apart; 48
+    random bits keep runs of several nodes apart (a shared_base) and make the id
+    unguessable before the run has made its trees (nobody can squat them in advance).
+    """
+    return f"{MADE_UP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+
+
 def job_id_from(flag: str | None, environ: dict[str, str]) -> str:
     raw = flag if flag is not None else environ.get("SLURM_JOB_ID")
     if raw is None:

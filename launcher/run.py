@@ -9,7 +9,7 @@ from jobns.launcher import config as config_mod
 from jobns.launcher import namespace
 from jobns.launcher.errors import JobnsError
 from jobns.launcher.inputs import Options, config_from_run_env, job_from, kill_wait_from, net_from
-from jobns.launcher.job import Job, switch_user
+from jobns.launcher.job import Job, made_up_job_id, switch_user
 from jobns.launcher.supervise import Supervisor, arm_child_death_signal, warn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
@@ -46,6 +46,10 @@ def main(opts: Options, command: list[str]) -> int:
         raise JobnsError("run: no command given (usage: jobns run [OPTIONS] -- COMMAND)")
     environ = dict(os.environ)
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    if opts.get("job_id") is None and "SLURM_JOB_ID" not in environ:
+        # Outside any batch system: a job of this one command, exactly as if its
+        # made-up id had been given with --job-id (docs/users.md "Outside Slurm").
+        opts = {**opts, "job_id": made_up_job_id()}
     job = job_from(opts, environ)
     kill_wait = kill_wait_from(opts, config)
     net_none = net_from(opts)
