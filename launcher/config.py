@@ -372,6 +372,8 @@ def _check_dirs(doc: dict[str, object], source: str) -> None:
         )
         if isinstance(value, str) and value
     ]
+    from jobns.launcher.dirpath import may_overlap, may_within, problem
+
     seen: list[str] = []
     for entry in entries:
         path, base = str(entry["path"]), str(entry["base"])
@@ -382,25 +384,35 @@ def _check_dirs(doc: dict[str, object], source: str) -> None:
                     f"{where}: {key} = {value!r} must be an absolute, normalised path "
                     "other than / (no '..', '.', '//', trailing '/' or control characters)"
                 )
+        symbols = problem(path)
+        if symbols:
+            raise JobnsError(f"{where}: {symbols}")
+        if "%" in base:
+            raise JobnsError(
+                f"{where}: base = {base!r}: base takes no symbols (one directory for "
+                "every job; its trees are named job-ID already); use them in path"
+            )
+        # A component with a symbol (%j, %u) may be any name: refuse what some job's
+        # expansion could make overlap.
         for private in PRIVATE:
-            if _within(path, private) or _within(private, path):
+            if may_overlap(path, private):
                 raise JobnsError(
                     f"{where}: {private} is already private to every job; pick a path "
                     "that neither is, holds nor lies under /tmp, /var/tmp or /dev/shm"
                 )
         for system in SYSTEM:
-            if _within(path, system):
+            if may_within(path, system):
                 raise JobnsError(
                     f"{where}: {system} belongs to the kernel; pick a path outside "
                     "/proc, /sys and /dev"
                 )
-        if _within(path, state_dir) or _within(state_dir, path):
+        if may_overlap(path, state_dir):
             raise JobnsError(
                 f"{where}: it overlaps state_dir {state_dir!r} (jobns's own state); "
                 "pick another path"
             )
         for other in seen:
-            if _within(path, other) or _within(other, path):
+            if may_overlap(path, other):
                 raise JobnsError(
                     f"{where}: it is, holds or lies under the [[dirs]] path {other!r}; "
                     "give each extra directory a path of its own"

@@ -7,7 +7,9 @@ standalone run never applies a backing: every entry is a plain directory
 <base>/job-ID, like the job's /tmp (launcher.plan builds it so). An ordinary user can
 make one only in a base she may write: a site's base is normally root's (jobns doctor
 asks for that), and then the entry is left out of her namespace with one warning
-line: the task sees the node's own directory there, as it would without jobns. Nor does
+line: the task sees the node's own directory there, as it would without jobns (so is an
+entry whose path names the job or its user, %j or %u, when that directory does not
+exist: nobody made a mount point for a job without a prolog). Nor does
 a standalone run (or a container the OCI hook sets up without a prolog) get a cover:
 there `ro` and `noexec` hold at the directory's path in the task's own namespace only.
 """
@@ -32,21 +34,23 @@ def for_standalone(plan: Plan) -> Plan:
     from jobns.launcher.plan import Extra
 
     root = os.geteuid() == 0
-    drop = set()
+    drop: dict[int, str] = {}
     for i, t in enumerate(plan.trees):
         if t.extra is None:
             continue
-        t.extra = Extra(t.extra.target, "directory", None, t.extra.options)
+        t.extra = Extra(t.extra.target, "directory", None, t.extra.options, t.extra.templated)
         if not root and not os.access(t.base, os.W_OK | os.X_OK):
-            drop.add(i)
-    for i in sorted(drop):
+            drop[i] = (
+                f"its base {t.base} is not yours to write (jobns setup, as a prolog, makes it)"
+            )
+        elif t.extra.templated and not os.path.isdir(t.extra.target):
+            # /data/jobs/%j of a job nobody set up: no mount point, so nothing to cover.
+            drop[i] = "it does not exist (its [[dirs]] path names the job or its user)"
+    for i, why in sorted(drop.items()):
         t = plan.trees[i]
         assert t.extra is not None
-        sys.stderr.write(
-            f"jobns: warning: {t.extra.target} is not private in this task: its base "
-            f"{t.base} is not yours to write (jobns setup, as a prolog, makes it)\n"
-        )
-    return without(plan, drop)
+        sys.stderr.write(f"jobns: warning: {t.extra.target} is not private in this task: {why}\n")
+    return without(plan, set(drop))
 
 
 def without(plan: Plan, drop: set[int]) -> Plan:

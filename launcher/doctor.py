@@ -290,14 +290,27 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
     symbolic link (the job's bind needs a mount point there); its base is checked like
     the others, and must be writable by root only for a disk backing (its images)."""
     from jobns.launcher import libc
+    from jobns.launcher.dirpath import fixed_part
 
     what = f"[[dirs]] path {d.path}"
+    point = fixed_part(d.path)  # a path with %j or %u: the part every job shares
+    per_job: list[Finding] = []
+    if point != d.path:
+        what = f"[[dirs]] path {d.path} (under {point})"
+        per_job.append(
+            (
+                NOTE,
+                f"[[dirs]] path {d.path} names the job or its user: each job's own "
+                "directory there must exist (root's, no link on the way) before the job "
+                "starts, or that job is refused",
+            )
+        )
     try:
         fd = libc.openat2(
-            -100, d.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, libc.RESOLVE_NO_SYMLINKS
+            -100, point, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, libc.RESOLVE_NO_SYMLINKS
         )
         os.close(fd)
-        out: list[Finding] = [(OK, f"{what}: a directory (the job's mount point)")]
+        out: list[Finding] = [(OK, f"{what}: a directory (the job's mount point)"), *per_job]
     except OSError as e:
         why = (
             "a symbolic link is on the way"
@@ -309,11 +322,12 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
         out = [
             (
                 PROBLEM,
-                f"{what}: {why}; fix: mkdir -p {d.path} on every node (a real directory, "
+                f"{what}: {why}; fix: mkdir -p {point} on every node (a real directory, "
                 "no link on the way): jobs are bound over it",
-            )
+            ),
+            *per_job,
         ]
-    out += path_guarded(d.path, what)
+    out += path_guarded(point, what)
     found = base(f"[[dirs]] base of {d.path}:", d.base)
     if d.backing == "disk" and any(k == OK for k, _ in found):
         mode = stat.S_IMODE(os.lstat(d.base).st_mode)

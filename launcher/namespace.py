@@ -136,11 +136,14 @@ def check_site_targets(plan: Plan) -> None:
     (in a job's user namespace root and every other user both show as the overflow uid),
     so a site's own link fails as the site's error and a user's refuses only the job."""
     for b in plan.binds:
-        if plan.trees[b.tree].extra is not None:
-            os.close(_open_site_target(b.target, plan.trees[b.tree].path))
+        extra = plan.trees[b.tree].extra
+        if extra is not None:
+            os.close(_open_site_target(b.target, plan.trees[b.tree].path, extra.templated))
 
 
-def _open_site_target(target: str, source_path: str) -> int:
+def _open_site_target(target: str, source_path: str, per_job: bool = False) -> int:
+    """per_job: the path holds the job's symbols (%j, %u): a missing mount point is
+    missing for this job or user only, so it refuses the job, never fails the node."""
     try:
         return libc.openat2(
             -100,  # AT_FDCWD
@@ -160,6 +163,12 @@ def _open_site_target(target: str, source_path: str) -> int:
                 f"{what}: {culprit[0]} is not a directory and belongs to uid {culprit[1]}, "
                 "not root, so nothing is bound through it; an administrator should make "
                 "the path a root-owned directory (jobns doctor)"
+            ) from None
+        if per_job and e.errno == errno.ENOENT:
+            raise UserError(
+                f"{what}: the [[dirs]] path names this job or its user (%j, %u), and an "
+                "administrator must create it (a root-owned directory) before the job "
+                "starts; only this job is refused"
             ) from None
         why = (
             "a symbolic link is on the way (give the real path in [[dirs]] path)"

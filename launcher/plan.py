@@ -35,15 +35,21 @@ class Extra:
     mount options besides nosuid,nodev. Kept in the job record with the tree, so
     everything after setup works from the record, never from a config changed since."""
 
-    __slots__ = ("backing", "options", "size", "target")
+    __slots__ = ("backing", "options", "size", "target", "templated")
 
     def __init__(
-        self, target: str, backing: str, size: int | None, options: tuple[str, ...]
+        self,
+        target: str,
+        backing: str,
+        size: int | None,
+        options: tuple[str, ...],
+        templated: bool = False,
     ) -> None:
-        self.target = target
+        self.target = target  # with the job's symbols (%j, %u) expanded: launcher.dirpath
         self.backing = backing
         self.size = size
         self.options = options
+        self.templated = templated  # the target names the job or its user: made per job
 
     def describe(self, tree: Tree) -> list[str]:
         opts = ",".join(("nosuid", "nodev", *self.options))
@@ -232,8 +238,13 @@ def build(config: Config, job: Job, dirs: bool = True) -> Plan:
     binds = [Bind(0, child, target) for child, target in TMP_TARGETS]
     binds.append(Bind(1, "", "/dev/shm"))
     for d in config.dirs if dirs else ():
-        extra = Extra(d.path, d.backing, d.size, d.options)
-        binds.append(Bind(len(trees), "", d.path, d.options))
+        target, templated = d.path, False
+        if "%" in target:
+            from jobns.launcher.dirpath import expand, has_symbols
+
+            target, templated = expand(target, job.job_id, job.user.name), has_symbols(target)
+        extra = Extra(target, d.backing, d.size, d.options, templated)
+        binds.append(Bind(len(trees), "", target, d.options))
         trees.append(Tree("dir", d.base, (), top, (), True, extra))
     env = job_environment(config, job)
     return Plan(trees, binds, env, pmix_dirs(env), (job.user.uid, job.user.gid))

@@ -45,6 +45,7 @@ LOW = {
     "launcher.validate",
     "launcher.environment",
     "launcher.directives",  # a leaf parser: config parses [[dirs]] sizes with it
+    "launcher.dirpath",  # a leaf: the job's symbols in [[dirs]] paths (config, plan)
     "launcher.sysprog",  # where root's programs are: diskimage, jobsize, gc... use it
 }
 
