@@ -134,3 +134,22 @@ def test_prolog_epilog_and_env_without_a_job_id_still_refuse(sandbox: Sandbox, v
     assert "no job id" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert sandbox.leftovers() == []
     assert not (sandbox.state / "jobs").exists() or not any((sandbox.state / "jobs").iterdir())
+
+
+def test_a_killed_no_flag_run_is_a_leftover_gc_removes(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """SIGKILL of jobns itself (the task dies with it: parent-death signal): nothing
+    removes its trees then; status shows them as a leftover of its made-up id, and gc,
+    which never asks Slurm about an id that is no Slurm job id, removes them."""
+    w = scratch(sandbox)
+    p = start(sandbox, users[0], "k", w)
+    job_id = wait_for(w / "k.id", p).split()[0]
+    p.kill()
+    p.communicate(timeout=30)
+    status = sandbox.run(["status", "--json"])
+    assert job_id in status.stdout and "leftover" in status.stdout, status.stdout
+    r = sandbox.run(["gc"])
+    assert r.returncode == 0, r.stderr
+    assert "squeue" not in r.stderr, r.stderr
+    assert sandbox.leftovers() == []
