@@ -8,8 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import job_id_from, layout_from, pmix_identity, safe_component, user_from
+from jobns.launcher.model.job import (
+    job_id_from,
+    layout_from,
+    pmix_identity,
+    safe_component,
+    user_from,
+)
+from jobns.launcher.system.errors import JobnsError
 
 
 @pytest.mark.parametrize("good", ["8451", "job_1.2-3", "a" * 128, "..a", "A"])
