@@ -54,7 +54,7 @@ def test_jobns_holds_the_python_package_and_what_a_site_configures(
     files = contents(jobns)
     for path in (
         "/usr/bin/jobns",
-        "/usr/lib/python3/dist-packages/jobns/launcher/cli.py",
+        "/usr/lib/python3/dist-packages/jobns/launcher/commands/cli.py",
         "/usr/lib/python3/dist-packages/jobns/schemas/config.schema.json",
         "/usr/share/man/man1/jobns.1.gz",
         "/usr/share/containers/oci/hooks.d/jobns.json",

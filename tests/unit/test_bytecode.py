@@ -1,4 +1,4 @@
-"""launcher.system.bytecode (no root): the fast loads run exactly the code importlib would.
+"""launcher.commands.bytecode (no root): the fast loads run exactly the code importlib would.
 
 Each case works on a private copy of the packages, compiled here, and imports it in a
 fresh `python -IS`, so the checkout's own pycs, the venv's site-packages and this test
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.system import bytecode
+from jobns.launcher.commands import bytecode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def shape(code):  # what a code object runs, nested code too (repr shows address
 
 fast = sys.argv[2] == "fast"
 if fast:
-    from jobns.launcher.system import bytecode
+    from jobns.launcher.commands import bytecode
     bytecode.start(["jobns", *sys.argv[3:4]])
 import importlib
 out = {}
@@ -64,10 +64,7 @@ print(json.dumps(out))
 def copy_packages(dest: Path) -> Path:
     """The checkout's jobns/ as the installed package, compiled like pip does."""
     top = dest / "jobns"
-    for pkg in ("launcher", "hook", "schemas"):
-        shutil.copytree(
-            REPO / "jobns" / pkg, top / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.c")
-        )
+    shutil.copytree(REPO / "jobns", top, ignore=shutil.ignore_patterns("__pycache__", "*.c"))
     assert compileall.compile_dir(
         str(top),
         quiet=1,
@@ -98,7 +95,7 @@ def loaded_after_start(site: Path, command: str) -> list[str]:
             "-IS",
             "-c",
             "import sys; sys.path.append(sys.argv[1]);"
-            "from jobns.launcher.system import bytecode; bytecode.start(['jobns', sys.argv[2]]);"
+            "from jobns.launcher.commands import bytecode; bytecode.start(['jobns', sys.argv[2]]);"
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('jobns.launcher.'))))",
             str(site),
             command,
@@ -113,7 +110,7 @@ def loaded_after_start(site: Path, command: str) -> list[str]:
 def test_preloaded_launch_path_agrees_with_importlib(tmp_path: Path) -> None:
     site = copy_packages(tmp_path)
     # `jobns run` has its whole launch path loaded before cli is even imported.
-    loader = ["jobns.launcher.system", "jobns.launcher.system.bytecode"]
+    loader = ["jobns.launcher.commands", "jobns.launcher.commands.bytecode"]
     assert loaded_after_start(site, "run") == sorted([*LAUNCH, *loader])
     fast = probe(site, "fast", "run", LAUNCH)
     plain = probe(site, "plain", "run", LAUNCH)
@@ -139,8 +136,8 @@ def test_finder_loads_other_modules_and_agrees(tmp_path: Path) -> None:
             assert fast[name][key] == plain[name][key], (name, key)
     # Not `jobns run`: nothing of the launch path was loaded ahead of need.
     assert loaded_after_start(site, "status") == [
-        "jobns.launcher.system",
-        "jobns.launcher.system.bytecode",
+        "jobns.launcher.commands",
+        "jobns.launcher.commands.bytecode",
     ]
 
 
@@ -209,7 +206,7 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_launch_order_puts_every_module_after_what_it_imports() -> None:
-    seen = {"system", "system.bytecode"}  # the loader and its package run it
+    seen = {"commands", "commands.bytecode"}  # the loader and its package run it
     for rel in bytecode.LAUNCH:
         floor, _, leaf = rel.partition(".")
         path = REPO / "jobns/launcher" / floor / (f"{leaf}.py" if leaf else "__init__.py")
@@ -226,7 +223,7 @@ def test_the_collector_pauses_while_loading_and_runs_for_the_command(tmp_path: P
             "-IS",
             "-c",
             "import gc, sys; sys.path.append(sys.argv[1]);"
-            "from jobns.launcher.system import bytecode; bytecode.start(['jobns', 'run']);"
+            "from jobns.launcher.commands import bytecode; bytecode.start(['jobns', 'run']);"
             "paused = not gc.isenabled(); bytecode.start(['jobns', 'run']);"
             "from jobns.launcher.commands.cli import main; bytecode.loaded();"
             "print(paused, gc.isenabled(), gc.get_freeze_count() > 1000,"

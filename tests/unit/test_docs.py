@@ -26,7 +26,7 @@ from jobns.schemas import docgen
 
 REPO = Path(__file__).resolve().parents[2]
 # Where citations live. jobns/schemas/generated.py is derived from jobns/schemas/*.json (scanned).
-SCANNED_DIRS = ("launcher", "hook", "schemas", "ci", "containers", "tests", "debian", "docs")
+SCANNED_DIRS = ("jobns", "ci", "containers", "tests", "debian", "docs")
 SCANNED_FILES = ("README.md", "SECURITY.md", "pyproject.toml")
 SKIPPED = {Path("jobns/schemas/generated.py"), Path("tests/unit/test_docs.py")}
 

@@ -6,7 +6,7 @@ its start-up is launch time; main() keeps what was measured to pay on `jobns run
 (ci/bench-entry: `jobns run -- /bin/true` joining a set-up job, as its user, medians of
 interleaved runs, against the venv's `python -I -c pass`):
 
-* the byte-code loader (jobns/launcher/system/bytecode.py): the launch path's modules straight from
+* the byte-code loader (bytecode.py, beside it): the launch path's modules straight from
   their pyc, the collector paused while they load: 1.30x the bare interpreter, 1.38x
   without it (~1.5 ms a task);
 * a root jobns whose environment holds a PYTHON* variable (other than the HARMLESS
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 
-from jobns.launcher.system import bytecode
+from jobns.launcher.commands import bytecode
 
 
 def main() -> None:

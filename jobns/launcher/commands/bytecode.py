@@ -42,8 +42,9 @@ PACKAGES = ("jobns.launcher.", "jobns.hook.", "jobns.schemas.")
 # below jobns.launcher; a floor (a name without a dot) is a package, loaded before its
 # modules. A task that makes its own namespace also needs plan, fs and removal: those
 # come through the finder, so that the far more frequent task joining a set-up job does
-# not load them. The floor system, this module's own package, is loaded by then.
+# not load them. The floor commands, this module's own package, is loaded by then.
 LAUNCH = (
+    "system",
     "system.errors",
     "system.libc",
     "system.fastimport",
@@ -55,7 +56,6 @@ LAUNCH = (
     "system.supervise",
     "mountns",
     "mountns.namespace",
-    "commands",
     "commands.cli",
     "commands.run",
     "model.enforced",
@@ -128,7 +128,7 @@ def checked_code(origin: str, cached: str, magic: bytes) -> CodeType | None:
 
 
 class Finder:
-    """A sys.meta_path finder for the plain modules of jobns's packages."""
+    """A sys.meta_path finder for jobns's modules and its floors' packages."""
 
     def __init__(self) -> None:
         self.magic = _magic()
@@ -138,13 +138,21 @@ class Finder:
     ) -> object:
         if not name.startswith(PACKAGES) or path is None or len(path) != 1:
             return None
-        origin, cached = _paths(path[0], name.rpartition(".")[2])
+        leaf = name.rpartition(".")[2]
+        origin, cached = _paths(path[0], leaf)
         code = checked_code(origin, cached, self.magic)
-        if code is None:
-            return None
+        is_package = code is None  # no such module: perhaps a floor's package
+        if is_package:
+            origin, cached = _paths(path[0], leaf, package=True)
+            code = checked_code(origin, cached, self.magic)
+            if code is None:
+                return None
         from _frozen_importlib import ModuleSpec
 
-        return ModuleSpec(name, _Loader(code, origin, cached), origin=origin)
+        spec = ModuleSpec(name, _Loader(code, origin, cached), origin=origin, is_package=is_package)
+        if is_package:
+            spec.submodule_search_locations = [origin.rpartition("/")[0]]
+        return spec
 
 
 def preload(root: ModuleType, names: Sequence[str], magic: bytes) -> None:
