@@ -126,7 +126,8 @@ def test_old_records_without_extra_trees_still_load() -> None:
     r = new_record(job(), build(cfg(""), job()), 30.0, cfg(""))
     doc = json.loads(json.dumps(r.to_dict()))
     for t in doc["trees"]:
-        assert not {"target", "options", "backing"} & set(t)
+        assert not {"target", "options"} & set(t)
+        assert t.pop("backing") == "directory"  # as a record of the previous version
     assert "dir" in SCHEMAS["job-state.schema.json"]["$defs"]["tree"]["properties"]["role"]["enum"]  # type: ignore[index]
     back = Record.from_dict(doc)
     assert [t.tree.extra for t in back.trees] == [None, None]

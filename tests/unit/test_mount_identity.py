@@ -58,6 +58,7 @@ def test_a_tree_record_keeps_its_mount_identity() -> None:
         "children": [],
         "remove": True,
         "capacity": 1 << 20,
+        "backing": "tmpfs",
         "made": True,
         "mount": {"id": 42, "dev": 77, "fstype": "tmpfs"},
     }

@@ -82,16 +82,6 @@ SUFFIX = ".img"
 _releasers: list[int] = []  # write ends of the release processes' pipes (see _release)
 
 
-def backing(config: Config) -> str:
-    value = config.capacity.get("tmp_backing", "tmpfs")
-    if value not in ("tmpfs", "disk"):
-        raise JobnsError(
-            f"read config {config.source or '(built-in)'}: [capacity] "
-            f'tmp_backing = {value!r}: expected "tmpfs" or "disk"'
-        )
-    return str(value)
-
-
 def base_of(config: Config) -> str:
     return str(config.capacity.get("scratch_base") or DEFAULT_BASE)
 

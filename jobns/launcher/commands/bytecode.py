@@ -145,8 +145,8 @@ class Finder:
         if is_package:
             origin, cached = _paths(path[0], leaf, package=True)
             code = checked_code(origin, cached, self.magic)
-            if code is None:
-                return None
+        if code is None:
+            return None
         from _frozen_importlib import ModuleSpec
 
         spec = ModuleSpec(name, _Loader(code, origin, cached), origin=origin, is_package=is_package)

@@ -479,9 +479,10 @@ def disk_programs(config: config_mod.Config) -> list[Finding]:
     """mkfs.<fs_type> where a disk backing is configured: without it every job with a
     disk capacity fails its prolog (the node drains)."""
     from jobns.launcher.backing import diskimage
+    from jobns.launcher.model.capacity import tmp_backing
     from jobns.launcher.system import sysprog
 
-    users = ['[capacity] tmp_backing = "disk"'] if diskimage.backing(config) == "disk" else []
+    users = ['[capacity] tmp_backing = "disk"'] if tmp_backing(config) == "disk" else []
     users += [f"[[dirs]] {d.path}" for d in config.dirs if d.backing == "disk"]
     if not users:
         return []

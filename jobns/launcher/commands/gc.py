@@ -373,15 +373,17 @@ def main(opts: Options, _command: list[str]) -> int:
         for err in [] if dry else binds.release(config.state_dir, job_id):
             say(f"jobns gc: {err}", level="error")
             problems += 1
-    # Disk capacities (launcher.backing.diskimage) of jobs with no state left: mounts, loop
-    # devices, images; before the trees, so a mount on one is released properly.
-    from jobns.launcher.backing import diskimage
+    # What each backing keeps outside the trees (a disk capacity's mounts, loop devices,
+    # images) of jobs with no state left; before the trees, so a mount on one is released
+    # properly.
+    from jobns.launcher.backing import kinds
 
-    for note in diskimage.sweep(config, lambda: set(state.list_jobs(config.state_dir)), dry):
-        say(note, dry=dry)
+    for backing in kinds.every():
+        for note in backing.sweep(config, lambda: set(state.list_jobs(config.state_dir)), dry):
+            say(note, dry=dry)
     # Held by a process outside a finished job: nothing gc may take, so a warning each.
-    for entry in diskimage.stale(config):
-        say(f"jobns gc: warning: {diskimage.stale_line(entry)}", level="warning", dry=dry)
+    for entry in kinds.held(config):
+        say(f"jobns gc: warning: {kinds.held_line(entry)}", level="warning", dry=dry)
     recorded_paths |= release.named(config.state_dir)  # a live release removes those
     for tree in unrecorded_trees(config, recorded_paths, jobs):
         what = "retired by teardown" if fs.RETIRED in tree.name else "no job record, unused"

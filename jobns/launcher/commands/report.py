@@ -253,8 +253,7 @@ def capacities(job: dict[str, object]) -> str:
             out.append(f"{t['target']} {t.get('backing', 'directory')} {used}{limit}")
         elif isinstance(t, dict) and isinstance(t.get("capacity"), int):
             role = "tmp" if t.get("role") == "local" else str(t.get("role"))
-            backing = "disk" if t.get("image") else "tmpfs"
-            out.append(f"{role} {human(t['capacity'])} {backing}")
+            out.append(f"{role} {human(t['capacity'])} {records.recorded_backing(t)}")
     return ", ".join(out) or "-"
 
 
@@ -267,9 +266,9 @@ def status_main(opts: Options, _command: list[str]) -> int:
         raise JobnsError("status: --output needs --format prometheus")
     jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
-    from jobns.launcher.backing.diskimage import stale
+    from jobns.launcher.backing import kinds
 
-    held = stale(config)  # disk capacities a process outside a finished job still holds
+    held = kinds.held(config)  # disk capacities a process outside a finished job still holds
     from jobns.launcher.system.mountinfo import propagation_warning
 
     warning = propagation_warning()
@@ -326,10 +325,10 @@ def status_main(opts: Options, _command: list[str]) -> int:
 
 
 def print_stale(held: list[dict[str, object]]) -> None:
-    """The table's section on stale disk capacities (launcher.backing.diskimage.stale_line)."""
+    """The table's section on stale capacities (launcher.backing.kinds.held_line)."""
     if held:
-        from jobns.launcher.backing.diskimage import stale_line
+        from jobns.launcher.backing.kinds import held_line
 
         print("\nSTALE DISK CAPACITIES (held after their job ended; counted in the node cap)")
         for entry in held:
-            print(f"  {stale_line(entry)}")
+            print(f"  {held_line(entry)}")

@@ -354,11 +354,8 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
                 continue
             # A covered tree's file system stays root's: only the cover's content is hers.
             owner = (0, 0) if cover else (uid, gid)
-            if size is not None and _on_disk(config, tree):
-                rec.mount = _mount_image(config, record, rec, h, job.job_id, *owner)
-            elif size is not None:
-                rec.mount = sizelimit.mount(h, size, *owner, job.job_id)
             if size is not None:
+                rec.mount = _make_backing(config, record, rec, h, job.job_id, owner)
                 records.save(config.state_dir, record)  # the mount teardown takes for ours
             if cover:  # recorded with the next save (until then uncover finds it anyway)
                 rec.cover = dirs.cover(h, uid, gid, config.state_dir, job.job_id)
@@ -383,45 +380,23 @@ def make_trees(config: Config, record: Record, job: Job, plan: Plan) -> list[Tre
     return handles
 
 
-def _on_disk(config: Config, tree: Tree) -> bool:
-    """Is the tree's capacity a disk image (an extra directory's backing, or /tmp's)?"""
-    return tree.extra.backing == "disk" if tree.extra else tree.role == "local" and _disk(config)
-
-
-def _disk(config: Config) -> bool:
-    """Is a tmp capacity disk-backed on this node ([capacity] tmp_backing)?"""
-    if config.capacity.get("tmp_backing", "tmpfs") == "tmpfs":
-        return False
-    from jobns.launcher.backing.diskimage import backing
-
-    return backing(config) == "disk"
-
-
-def _mount_image(
+def _make_backing(
     config: Config,
     record: Record,
     rec: TreeRecord,
     handle: TreeHandle,
     job_id: str,
-    uid: int,
-    gid: int,
-) -> Identity:
-    """A disk capacity (launcher.backing.diskimage): the image is recorded before it is made, so
-    teardown, recover and gc find it whatever step a crash interrupts; returns the
-    identity of its mount."""
-    from jobns.launcher.backing import diskimage
+    owner: tuple[int, int],
+) -> Identity | None:
+    """The tree's recorded backing (launcher/backing/kinds.py) puts its file system on the
+    tree root; what it must find after a crash it saves in the record first."""
+    from jobns.launcher.backing import kinds
 
-    assert rec.capacity is not None
-    tree = handle.tree
-    # An extra directory's image goes in its own base (the local disk the site named).
-    base = tree.base if tree.extra is not None else None
-    what = f"{tree.extra.target} (disk)" if tree.extra is not None else ""
-    rec.image = diskimage.image_path(base or diskimage.base_of(config), tree.role, job_id)
-    records.save(config.state_dir, record)
-    fstype = diskimage.fs_type(config)
-    diskimage.create(config, tree.role, job_id, rec.capacity, base, what)
-    diskimage.make_fs(rec.image, fstype, uid, gid)
-    return diskimage.mount(handle, rec.image, fstype, uid, gid)
+    def save() -> None:
+        records.save(config.state_dir, record)
+
+    making = kinds.Making(config, rec, handle, job_id, owner, save)
+    return kinds.of(rec.backing).make(making)
 
 
 def pre_run(
@@ -666,13 +641,10 @@ def _release_tree(
         return errors  # kept (--no-rm-tmpdir) and nothing of ours mounted on it
     ours = sizelimit.owner(t, job_id)
     fs.seal(tree, ours)  # first: she cannot mount anew on a root she can no longer enter
-    if t.image is not None:
-        from jobns.launcher.backing import diskimage
+    from jobns.launcher.backing import kinds
 
-        errors += diskimage.unmount(tree, t.image, ours)
-    elif t.capacity is not None:
-        # Unmount first: removal never crosses into another file system.
-        errors += sizelimit.unmount(tree, ours)
+    # Its mounts go first: removal never crosses into another file system.
+    errors += kinds.of(t.backing).release(t, ours)
     if gone:
         errors += _remove(tree, ours, handover)
     return errors
@@ -814,7 +786,7 @@ def _restart(record: Record) -> Record:
     redo.state, redo.updated, redo.ran, redo.teardown_failures = "pending", now, False, 0
     redo.errors, redo.pins = [], Pins()
     redo.history.append({"state": "pending", "at": now})
-    redo.trees = [TreeRecord(t.tree, t.capacity, False) for t in redo.trees]
+    redo.trees = [TreeRecord(t.tree, t.capacity, False, backing=t.backing) for t in redo.trees]
     scratch = redo.scratch_record()
     if scratch is not None:
         scratch["made"] = False

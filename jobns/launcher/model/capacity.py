@@ -118,6 +118,19 @@ def config_size(config: Config, key: str) -> int | None:
     return size_bytes(value, where, "4GiB")
 
 
+def tmp_backing(config: Config) -> str:
+    """[capacity] tmp_backing: what a /tmp capacity is made of on this node."""
+    value = config.capacity.get("tmp_backing", "tmpfs")
+    if value not in ("tmpfs", "disk"):
+        from jobns.launcher.system.errors import JobnsError
+
+        raise JobnsError(
+            f"read config {config.source or '(built-in)'}: [capacity] "
+            f'tmp_backing = {value!r}: expected "tmpfs" or "disk"'
+        )
+    return str(value)
+
+
 def granularity(config: Config) -> int:
     return config_size(config, "granularity") or 1
 

@@ -17,6 +17,8 @@ from jobns.launcher.system.mountinfo import Identity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from jobns.launcher.model.capacity import Capacities
     from jobns.launcher.model.config import Config
     from jobns.launcher.model.job import Job, User
@@ -27,12 +29,13 @@ NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
 
 
 class TreeRecord:
-    """One recorded tree: where it is, whether it is removed, its capacity, whether this
+    """One recorded tree: where it is, whether it is removed, its capacity and backing
+    (launcher/backing/kinds.py: chosen at setup, choose_backing), whether this
     setup made it (a failed setup removes only what it made), its cover (launcher.mountns.dirs),
     and the identity of the capacity's mount (launcher.system.mountinfo.Identity: how teardown,
     recover and gc know it from a user's mount named like it)."""
 
-    __slots__ = ("capacity", "cover", "image", "made", "mount", "tree")
+    __slots__ = ("backing", "capacity", "cover", "image", "made", "mount", "tree")
 
     def __init__(
         self,
@@ -42,9 +45,11 @@ class TreeRecord:
         image: str | None = None,
         cover: str | None = None,
         mount: Identity | None = None,
+        backing: str = "directory",
     ) -> None:
         self.tree = tree
         self.capacity = capacity
+        self.backing = backing
         self.made = made
         self.image = image  # a disk capacity's image file (launcher.backing.diskimage), if any
         self.cover = cover  # the mount id of an extra directory's cover (launcher.mountns.dirs)
@@ -60,10 +65,12 @@ class TreeRecord:
             image if isinstance(image, str) else None,
             cover if isinstance(cover, str) else None,
             mount=Identity.from_dict(d.get("mount")),
+            backing=recorded_backing(d),
         )
 
     def to_dict(self) -> dict[str, object]:
         out = tree_record(self.tree, self.capacity)
+        out["backing"] = self.backing
         out["made"] = self.made
         if self.image is not None:
             out["image"] = self.image
@@ -299,7 +306,10 @@ def new_record(
         kill_wait,
     )
     if plan is not None:
-        r.trees = [TreeRecord(t, _capacity(t, caps)) for t in plan.trees]
+        r.trees = []
+        for t in plan.trees:
+            size = _capacity(t, caps)
+            r.trees.append(TreeRecord(t, size, backing=choose_backing(config, t, size)))
     arc = config.raw.get("arc")
     r.arc = arc if isinstance(arc, dict) else None
     r.options = options_of(job, caps, staging)
@@ -314,6 +324,32 @@ def _capacity(tree: Tree, caps: Capacities | None) -> int | None:
     if tree.extra is not None:
         return tree.extra.size if tree.extra.backing != "directory" else None
     return caps.for_tree(tree.role) if caps is not None else None
+
+
+def choose_backing(config: Config, tree: Tree, size: int | None) -> str:
+    """The backing of a tree (launcher/backing/kinds.py), decided once, at setup: an extra
+    directory's is its [[dirs]] entry's; a /tmp capacity's the node's [capacity]
+    tmp_backing; /dev/shm's a tmpfs; a tree without a size a plain directory."""
+    if tree.extra is not None:
+        return tree.extra.backing
+    if size is None:
+        return "directory"
+    if tree.role == "local":
+        from jobns.launcher.model.capacity import tmp_backing
+
+        return tmp_backing(config)
+    return "tmpfs"
+
+
+def recorded_backing(d: Mapping[str, object]) -> str:
+    """A recorded tree's backing. Records of earlier versions name it only for an extra
+    directory: there a disk image was the only disk, a capacity the only tmpfs."""
+    name = d.get("backing")
+    if isinstance(name, str):
+        return name
+    if isinstance(d.get("image"), str):
+        return "disk"
+    return "tmpfs" if isinstance(d.get("capacity"), int) else "directory"
 
 
 def user_of(record: Record) -> User:
