@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.config import DEFAULT_PATH, config_path, load, parse
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.model.config import DEFAULT_PATH, config_path, load, parse
+from jobns.launcher.system.errors import JobnsError
 
 
 def test_defaults_without_file(tmp_path: Path) -> None:

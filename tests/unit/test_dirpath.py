@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.config import Config, parse
-from jobns.launcher.dirpath import expand, fixed_part, may_overlap, problem
-from jobns.launcher.errors import JobnsError, UserError
-from jobns.launcher.job import Job, User
-from jobns.launcher.plan import build
-from jobns.launcher.record import new_record, plan_of
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.model.dirpath import expand, fixed_part, may_overlap, problem
+from jobns.launcher.model.job import Job, User
+from jobns.launcher.model.plan import build
+from jobns.launcher.model.record import new_record, plan_of
+from jobns.launcher.system.errors import JobnsError, UserError
 
 ALICE = User("alice", 1001, 1001, (1001,), "/home/alice")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import doctor
+from jobns.launcher.commands import doctor
 
 
 def proc(tmp_path: Path, **values: int) -> str:

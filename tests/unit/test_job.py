@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import (
+from jobns.launcher.model.job import (
     job_id_from,
     layout_from,
     made_up_job_id,
@@ -18,6 +17,7 @@ from jobns.launcher.job import (
     safe_component,
     user_from,
 )
+from jobns.launcher.system.errors import JobnsError
 
 
 @pytest.mark.parametrize("good", ["8451", "job_1.2-3", "a" * 128, "..a", "A"])
