@@ -34,6 +34,7 @@ from jobns.launcher.model.job import (
     pmix_identity,
     safe_component,
 )
+from jobns.launcher.model.request import Request
 from jobns.launcher.system.errors import JobnsError
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
@@ -126,33 +127,28 @@ def job_of(
     annotations: dict[str, str],
     bundle: Bundle,
     container_id: str | None,
-    flags: dict[str, str | bool | None] | None = None,
+    req: Request | None = None,
     pmix: bool = False,
     ids: tuple[int, int] | None = None,
 ) -> tuple[Job, str]:
     """(the container's job, what named its user: "" if it is the container's own);
-    flags are oci-config's options. ids: the host uid and gid the container runs as
+    req: oci-config's request (its flags). ids: the host uid and gid the container runs as
     (default: process.user mapped by config.json's linux.uidMappings).
 
     pmix: also derive the PMIx namespace and rank from process.env (only oci-config
     sets the environment; the hook cannot).
     """
-    flags = flags or {}
+    req = req or Request()
     env = bundle.env
-
-    def flag(name: str) -> str | None:
-        v = flags.get(name)
-        return None if v is None else str(v)
-
-    job_id = job_id_of(annotations, env, container_id, flag("job_id"))
-    user, named = user_of(annotations, env, ids or bundle.process_ids(), flag("user"))
+    job_id = job_id_of(annotations, env, container_id, req.job_id)
+    user, named = user_of(annotations, env, ids or bundle.process_ids(), req.user)
     nspace, rank = pmix_identity(job_id, env) if pmix else ("", "0")
     job = Job(
         job_id,
         user,
         hostname(),
-        layout_of(annotations, flag("use_shared_tmpdir")),
-        no_rm_of(annotations, bool(flags.get("no_rm_tmpdir"))),
+        layout_of(annotations, req.shared),
+        no_rm_of(annotations, req.no_rm_tmpdir),
         nspace,
         rank,
     )

@@ -43,6 +43,7 @@ from jobns.hook.hook import acquire_all, check_trees_owner, drop, recorded, reco
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.environment import job_environment
 from jobns.launcher.model.plan import Plan, build
+from jobns.launcher.model.request import Request
 from jobns.launcher.mountns.cdi import mount_points, point_paths
 from jobns.launcher.system.errors import JobnsError
 
@@ -61,15 +62,16 @@ def main(opts: Options, command: list[str]) -> int:
         raise JobnsError(
             "oci-config: expected one BUNDLE directory (usage: jobns oci-config [OPTIONS] BUNDLE)"
         )
+    req = Request.from_options(opts)
     path = os.path.abspath(command[0])
     b = bundle_mod.load(path)
     environ = dict(os.environ)
-    config_flag = str(opts["config"]) if opts.get("config") else None
+    config_flag = req.config
     config = config_mod.load(config_flag, environ)
     who = f"bundle {path}"
     # The host user the bundle's process runs as (config.json's maps: no process yet).
     ids = b.process_ids()
-    job, named = identity.job_of(b.annotations, b, None, opts, pmix=True, ids=ids)
+    job, named = identity.job_of(b.annotations, b, None, req, pmix=True, ids=ids)
     if os.geteuid() != 0 and job.user.uid != os.geteuid():
         raise JobnsError(
             f"oci-config: the job user is {job.user.name} (uid "
@@ -103,7 +105,7 @@ def main(opts: Options, command: list[str]) -> int:
         hooks,
         options_of(plan),
     )
-    if opts.get("dry_run"):
+    if req.dry_run:
         import json
 
         print(json.dumps(new, indent=2))

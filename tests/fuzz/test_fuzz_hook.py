@@ -20,6 +20,7 @@ from jobns.launcher.model.config import Config
 from jobns.launcher.model.environment import job_environment
 from jobns.launcher.model.job import LAYOUTS, Job, safe_component
 from jobns.launcher.model.plan import build
+from jobns.launcher.model.request import Request
 from jobns.launcher.system.errors import JobnsError
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
@@ -76,7 +77,8 @@ def follow_bundle(
     if isinstance(ids_, tuple):
         assert all(type(i) is int and 0 <= i < 2**32 for i in ids_)
     for pmix in (False, True):
-        got = outcome(identity.job_of, {**b.annotations, **state_annotations}, b, cid, flags, pmix)
+        req = Request.from_options(flags)
+        got = outcome(identity.job_of, {**b.annotations, **state_annotations}, b, cid, req, pmix)
         if isinstance(got, JobnsError):
             continue
         job, named = got

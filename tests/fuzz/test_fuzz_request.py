@@ -13,11 +13,11 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.lifecycle.lifecycle import COMMENT_PREFIX, apply_directives, gather_directives
+from jobns.launcher.lifecycle.lifecycle import COMMENT_PREFIX, gather_directives
 from jobns.launcher.model import capacity, staging
 from jobns.launcher.model.config import Config
 from jobns.launcher.model.directives import Directives
-from jobns.launcher.model.inputs import Options, kill_wait_from, net_from
+from jobns.launcher.model.inputs import Options, Request, kill_wait_from, net_from
 from jobns.launcher.model.job import (
     LAYOUTS,
     Job,
@@ -172,16 +172,17 @@ def test_pmix_identity(env: dict[str, str], job_id: str) -> None:
 )
 def test_numeric_and_choice_flags(kill_wait: str | None, net: str | None) -> None:
     tried("inputs.kill_wait_net")
-    got = outcome(kill_wait_from, {"kill_wait": kill_wait}, Config({}, None))
+    got = outcome(kill_wait_from, Request.from_options({"kill_wait": kill_wait}), Config({}, None))
     if isinstance(got, float):
         assert 0 <= got <= 86400
-    outcome(net_from, {"net": net})
+    outcome(net_from, Request.from_options({"net": net}))
 
 
 def request(box: FuzzBox, config: Config, opts: Options, environ: dict[str, str]) -> None:
     """jobns setup's pure part (launcher.commands.setup.main up to lifecycle.setup), checked."""
+    req = Request.from_options(opts)
     with contextlib.redirect_stderr(io.StringIO()) as err:
-        directives = outcome(gather_directives, opts, environ, config)
+        directives = outcome(gather_directives, req, environ, config)
     for line in err.getvalue().splitlines():
         assert line.startswith("jobns: warning: ") and line.isprintable(), line
     if isinstance(directives, JobnsError):
@@ -193,12 +194,11 @@ def request(box: FuzzBox, config: Config, opts: Options, environ: dict[str, str]
     )
     assert (directives is None) == (not has_any)
     assert directives is None or isinstance(directives, Directives)
-    apply_directives(opts, directives)
-    shared = opts.get("use_shared_tmpdir")
-    layout = outcome(layout_from, None if shared is None else str(shared))
+    req = req.with_directives(directives)
+    layout = outcome(layout_from, req.shared)
     if isinstance(layout, JobnsError):
         return
-    job = Job("42", JOB_USER, "node1", layout, bool(opts.get("no_rm_tmpdir")))
+    job = Job("42", JOB_USER, "node1", layout, req.no_rm_tmpdir)
     plan = outcome(build, config, job)
     if not isinstance(plan, Plan):
         return
@@ -212,7 +212,7 @@ def request(box: FuzzBox, config: Config, opts: Options, environ: dict[str, str]
     symbols = outcome(staging.symbols_for, job, environ)
     if isinstance(symbols, JobnsError):
         return
-    session = str(opts["session_dir"]) if opts.get("session_dir") else None
+    session = req.session_dir
     got = outcome(staging.build, config, job, plan, directives, session, symbols)
     if isinstance(got, JobnsError):
         return

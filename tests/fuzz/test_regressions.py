@@ -230,7 +230,8 @@ def test_a_bundle_path_that_cannot_be_named_is_one_clean_line(path: str) -> None
 @pytest.mark.parametrize("path", ["/nonexistent/a\nforged line", "a\x00b", "/\x1b[2J"])
 def test_a_script_path_that_cannot_be_named_is_one_clean_line(path: str) -> None:
     from jobns.launcher.lifecycle.lifecycle import gather_directives
+    from jobns.launcher.model.request import Request
 
     with pytest.raises(JobnsError) as e:
-        gather_directives({"script": path}, {}, None)
+        gather_directives(Request(script=path), {}, None)
     check_message(str(e.value))

@@ -9,7 +9,7 @@ import pytest
 from jobns.launcher.model import plan
 from jobns.launcher.model.config import Config, parse
 from jobns.launcher.model.environment import job_environment, pmix_dirs
-from jobns.launcher.model.inputs import Options, config_from_run_env, job_from
+from jobns.launcher.model.inputs import Options, Request, config_from_run_env, job_from
 from jobns.launcher.model.job import LAYOUTS, Job, User, current_user, pmix_identity
 from jobns.launcher.system.errors import JobnsError
 
@@ -133,7 +133,7 @@ def test_every_layout_gives_the_same_paths_inside_the_job(layout: str) -> None:
     """Paths are as seen inside the job, where /tmp is already the job's own."""
     environ = {"SLURM_STEP_ID": "1", "SLURM_PROCID": "2"}
     opts: Options = {"job_id": "77", "use_shared_tmpdir": SHARED_FLAG[layout]}
-    j = job_from(opts, environ)
+    j = job_from(Request.from_options(opts), environ)
     assert j.layout == layout and j.user.uid == current_user().uid
     env = job_environment(cfg(), j)
     assert env == expected("77", "slurm.pmix.77.1", "2")

@@ -12,6 +12,7 @@ import pytest
 from jobns.hook import bundle as bundle_mod
 from jobns.hook.bundle import Bundle, rootfs_path
 from jobns.hook.identity import NO_RM, SHARED, USER, job_id_of, job_of
+from jobns.launcher.model.request import Request
 from jobns.launcher.system.errors import JobnsError
 
 
@@ -154,9 +155,8 @@ def test_flags_win_over_annotations() -> None:
         "use_shared_tmpdir": "per-node",
         "no_rm_tmpdir": True,
     }
-    job, named = job_of(
-        {"org.jobns.job-id": "A", SHARED: "shared"}, make({}), None, flags, pmix=True
-    )
+    req = Request.from_options(flags)
+    job, named = job_of({"org.jobns.job-id": "A", SHARED: "shared"}, make({}), None, req, pmix=True)
     assert (job.job_id, job.layout, job.no_rm, named, job.nspace) == (
         "F",
         "per-node",

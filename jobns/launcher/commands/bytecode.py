@@ -51,6 +51,7 @@ LAUNCH = (
     "model",
     "model.job",
     "model.config",
+    "model.request",
     "model.inputs",
     "system.fork",
     "system.supervise",

@@ -12,7 +12,7 @@ import time
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.environment import job_environment
-from jobns.launcher.model.inputs import Options, config_from_run_env, job_from
+from jobns.launcher.model.inputs import Options, Request, config_from_run_env, job_from
 from jobns.launcher.model.job import Job, hostname, job_id_from, lookup_user, pmix_identity
 from jobns.launcher.model.plan import Tree
 from jobns.launcher.system import state
@@ -20,10 +20,10 @@ from jobns.launcher.system.errors import JobnsError
 
 
 def env_main(opts: Options, _command: list[str]) -> int:
+    req = Request.from_options(opts)
     environ = dict(os.environ)
-    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
-    raw_id = opts.get("job_id")
-    job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
+    config = config_mod.load(req.config, environ)
+    job_id = job_id_from(req.job_id, environ)
     fmt = str(opts.get("format") or "sh")
     if fmt not in ("sh", "json", "slurm"):
         raise JobnsError(f"--format {fmt!r}: expected sh, json or slurm")
@@ -34,7 +34,7 @@ def env_main(opts: Options, _command: list[str]) -> int:
     # job-wide variables already; this adds the step's and rank's PMIx ones.
     values = None if inside else state.read_run_env(config.state_dir, job_id)
     if inside:
-        env = job_environment(config_from_run_env({}), job_from(opts, environ))
+        env = job_environment(config_from_run_env({}), job_from(req, environ))
     elif values is not None:
         user = lookup_user(values["uid"])
         nspace, rank = pmix_identity(job_id, environ)

@@ -8,6 +8,7 @@ import sys
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import (
     Options,
+    Request,
     config_from_run_env,
     job_from,
     kill_wait_from,
@@ -48,21 +49,22 @@ def make_task_dirs(dirs: list[str]) -> None:
 
 
 def main(opts: Options, command: list[str]) -> int:
-    if not command and not opts.get("dry_run"):
+    req = Request.from_options(opts)
+    if not command and not req.dry_run:
         raise JobnsError("run: no command given (usage: jobns run [OPTIONS] -- COMMAND)")
     environ = dict(os.environ)
-    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
-    if opts.get("job_id") is None and "SLURM_JOB_ID" not in environ:
+    config = config_mod.load(req.config, environ)
+    if req.job_id is None and "SLURM_JOB_ID" not in environ:
         # Outside any batch system: a job of this one command, exactly as if its
         # made-up id had been given with --job-id (docs/users.md "Outside Slurm").
-        opts = {**opts, "job_id": made_up_job_id()}
-    job = job_from(opts, environ)
-    kill_wait = kill_wait_from(opts, config)
-    net_none = net_from(opts)
+        req = req.with_job_id(made_up_job_id())
+    job = job_from(req, environ)
+    kill_wait = kill_wait_from(req, config)
+    net_none = net_from(req)
     from jobns.launcher.model.enforced import inside_job
 
     if inside_job(environ, job.job_id):
-        if opts.get("dry_run"):
+        if req.dry_run:
             print(
                 f"# already inside job {job.job_id}'s namespace (joined by Slurm's jobns "
                 "plugin): run the command there"
@@ -73,15 +75,13 @@ def main(opts: Options, command: list[str]) -> int:
 
     joined = state.read_run_env(config.state_dir, job.job_id)
     if joined is not None:
-        if opts.get("dry_run"):
+        if req.dry_run:
             print(f"# job {job.job_id} is set up on this node: join {joined['mnt_pin']}")
             return 0
-        if opts.get("use_shared_tmpdir") is not None or opts.get("no_rm_tmpdir"):
+        if req.shared is not None or req.no_rm_tmpdir:
             warn(f"job {job.job_id} is already set up: the options given to jobns setup apply")
-        kw = None if opts.get("kill_wait") is None else kill_wait
-        named = bool(
-            opts.get("user") or environ.get("SLURM_JOB_USER") or environ.get("SLURM_JOB_UID")
-        )
+        kw = None if req.kill_wait is None else kill_wait
+        named = bool(req.user or environ.get("SLURM_JOB_USER") or environ.get("SLURM_JOB_UID"))
         return run_joined(joined, job, command, environ, kw, net_none, named)
     # Only a job nobody set up needs its trees planned and made (tasks that join do not).
     from jobns.launcher.model.plan import build
@@ -91,7 +91,7 @@ def main(opts: Options, command: list[str]) -> int:
         from jobns.launcher.mountns.dirs import for_standalone
 
         plan = for_standalone(plan)
-    if opts.get("dry_run"):
+    if req.dry_run:
         print(plan.describe())
         return 0
     return run_standalone(plan, job, command, environ, kill_wait, net_none, config.state_dir)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 
 from jobns.launcher.lifecycle import lifecycle
-from jobns.launcher.lifecycle.lifecycle import apply_directives, gather_directives, require_root
+from jobns.launcher.lifecycle.lifecycle import gather_directives, require_root
 from jobns.launcher.model import config as config_mod
-from jobns.launcher.model.inputs import Options, kill_wait_from
+from jobns.launcher.model.inputs import Options, Request, kill_wait_from
 from jobns.launcher.model.job import Job, hostname, job_id_from, layout_from, user_from
 from jobns.launcher.model.plan import build
 from jobns.launcher.system.errors import JobnsError, UserError
@@ -31,28 +31,22 @@ def main(opts: Options, _command: list[str]) -> int:
     from jobns.launcher.model import capacity
 
     require_root("setup")
+    req = Request.from_options(opts)
     environ = dict(os.environ)
-    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    config = config_mod.load(req.config, environ)
     # Who the job is comes from the site (flags, Slurm): a problem there is the node's.
-    job_id = job_id_from(str(opts["job_id"]) if opts.get("job_id") is not None else None, environ)
-    user = user_from(str(opts["user"]) if opts.get("user") else None, environ)
-    kill_wait = kill_wait_from(opts, config)
+    job_id = job_id_from(req.job_id, environ)
+    user = user_from(req.user, environ)
+    kill_wait = kill_wait_from(req, config)
     # What the job asks for comes from its user (directives, comment): a problem there is
     # hers, and refuses her job.
     try:
-        directives = gather_directives(opts, environ, config)
-        apply_directives(opts, directives)
-        shared = opts.get("use_shared_tmpdir")
-        job = Job(
-            job_id,
-            user,
-            hostname(),
-            layout_from(None if shared is None else str(shared)),
-            bool(opts.get("no_rm_tmpdir")),
-        )
+        directives = gather_directives(req, environ, config)
+        req = req.with_directives(directives)
+        job = Job(job_id, user, hostname(), layout_from(req.shared), req.no_rm_tmpdir)
         plan = build(config, job)
         caps = capacity.plan(config, directives, job.layout, _sizes_from_the_site(config, job))
-        session_flag = str(opts["session_dir"]) if opts.get("session_dir") else None
+        session_flag = req.session_dir
         stg: Staging | None = None
         notes: list[str] = []
         if directives is not None or session_flag or config.staging.session_dir:
@@ -63,15 +57,15 @@ def main(opts: Options, _command: list[str]) -> int:
                 config, job, plan, directives, session_flag, staging.symbols_for(job, environ)
             )
     except JobnsError as e:
-        if not (isinstance(e, UserError) or directives_given(opts, environ)):
+        if not (isinstance(e, UserError) or directives_given(req, environ)):
             raise  # no directives: the site's config or flags are wrong
-        if opts.get("dry_run"):
+        if req.dry_run:
             raise UserError(str(e)) from None
         lifecycle.setup_refused(config, Job(job_id, user, hostname()), kill_wait, str(e))
         return 0
     for note in notes:
         lifecycle.warn(f"setup {job.job_id}: {note}")
-    if opts.get("dry_run"):
+    if req.dry_run:
         lines = [plan.describe(), *caps.describe(config)]
         lines += stg.describe() if stg is not None else []
         print("\n".join(lines))
@@ -93,9 +87,9 @@ def _sizes_from_the_site(config: Config, job: Job) -> dict[str, int]:
     return jobsize.requested(config, job)
 
 
-def directives_given(opts: Options, environ: dict[str, str]) -> bool:
+def directives_given(req: Request, environ: dict[str, str]) -> bool:
     return bool(
-        opts.get("script")
-        or opts.get("directives")
+        req.script
+        or req.directives
         or lifecycle.COMMENT_PREFIX in environ.get("SLURM_JOB_COMMENT", "")
     )

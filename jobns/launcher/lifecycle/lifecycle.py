@@ -51,7 +51,6 @@ import time
 
 from jobns.launcher.backing import fs, sizelimit
 from jobns.launcher.model import record as records
-from jobns.launcher.model.inputs import Options
 from jobns.launcher.model.plan import tree_from_record
 from jobns.launcher.model.record import (
     Pins,
@@ -63,6 +62,7 @@ from jobns.launcher.model.record import (
     plan_of,
     run_env_values,
 )
+from jobns.launcher.model.request import Request
 from jobns.launcher.mountns import cdi, dirs, pins
 from jobns.launcher.system import state
 from jobns.launcher.system.errors import JobnsError, UserError, printable_path
@@ -108,7 +108,7 @@ def require_root(what: str) -> None:
 
 
 def gather_directives(
-    opts: Options, environ: Mapping[str, str], config: Config | None = None
+    req: Request, environ: Mapping[str, str], config: Config | None = None
 ) -> Directives | None:
     """#JOBNS directives from --script, --directives and the Slurm job comment.
 
@@ -117,9 +117,9 @@ def gather_directives(
     The directive word ([directives] word) and the capacity granularity ([capacity]
     granularity) come from the config.
     """
-    script = opts.get("script")
+    script = req.script
     comment = environ.get("SLURM_JOB_COMMENT", "")
-    if not script and not opts.get("directives") and COMMENT_PREFIX not in comment:
+    if not script and not req.directives and COMMENT_PREFIX not in comment:
         return None  # the common prolog: no directives, so no parser (~25 ms of imports)
     from jobns.launcher.model.capacity import granularity
     from jobns.launcher.model.directives import parse_directives, parse_script
@@ -128,15 +128,15 @@ def gather_directives(
     gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
     if script:
-        printable_path(str(script), "read batch script")
+        printable_path(script, "read batch script")
         try:
-            with open(str(script), encoding="utf-8", errors="replace") as f:
+            with open(script, encoding="utf-8", errors="replace") as f:
                 text = f.read()
         except OSError as e:
             raise JobnsError(f"read batch script {script}: {e.strerror}") from None
         found.append(parse_script(text, word, gran))
-    if opts.get("directives"):
-        found.append(parse_directives(str(opts["directives"]), word, gran))
+    if req.directives:
+        found.append(parse_directives(req.directives, word, gran))
     if COMMENT_PREFIX in comment:
         found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1], word, gran))
     if not found:
@@ -153,16 +153,6 @@ def gather_directives(
     for w in merged.warnings:
         warn(f"warning: {w}")
     return merged
-
-
-def apply_directives(opts: Options, d: Directives | None) -> None:
-    """Flags given on the command line win over directives."""
-    if d is None:
-        return
-    if opts.get("use_shared_tmpdir") is None and d.layout in ("shared", "per-node"):
-        opts["use_shared_tmpdir"] = "" if d.layout == "shared" else "per-node"
-    if d.no_rm_tmpdir:
-        opts["no_rm_tmpdir"] = True
 
 
 # ------------------------------------------------------------------------------ setup

@@ -1,4 +1,4 @@
-"""Inputs -> values: a command's options and the batch system's variables, validated.
+"""Inputs -> values: a command's request and the batch system's variables, validated.
 
 Shared by the commands (run, setup, env, oci-config); nothing here touches the system.
 """
@@ -14,21 +14,22 @@ from jobns.launcher.model.job import (
     pmix_identity,
     user_from,
 )
+from jobns.launcher.model.request import Options, Request
 from jobns.launcher.system.errors import JobnsError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from jobns.launcher.model.config import Config
 
-Options = dict[str, "str | bool | None"]
+__all__ = ["Options", "Request", "config_from_run_env", "job_from", "kill_wait_from", "net_from"]
 
 
-def kill_wait_from(opts: Options, config: Config) -> float:
-    raw = opts.get("kill_wait")
+def kill_wait_from(req: Request, config: Config) -> float:
+    raw = req.kill_wait
     if raw is None:
         return config.kill_wait
     try:
-        value = float(str(raw))
+        value = float(raw)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 86400:
@@ -36,29 +37,19 @@ def kill_wait_from(opts: Options, config: Config) -> float:
     return value
 
 
-def net_from(opts: Options) -> bool:
+def net_from(req: Request) -> bool:
     """True for --net none."""
-    net = opts.get("net") or "host"
+    net = req.net or "host"
     if net not in ("host", "none"):
         raise JobnsError(f"--net {net!r}: expected host or none")
     return net == "none"
 
 
-def job_from(opts: Options, environ: dict[str, str]) -> Job:
-    raw_id = opts.get("job_id")
-    job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
-    user = user_from(str(opts["user"]) if opts.get("user") else None, environ)
-    shared = opts.get("use_shared_tmpdir")
+def job_from(req: Request, environ: dict[str, str]) -> Job:
+    job_id = job_id_from(req.job_id, environ)
+    user = user_from(req.user, environ)
     nspace, rank = pmix_identity(job_id, environ)
-    return Job(
-        job_id,
-        user,
-        hostname(),
-        layout_from(None if shared is None else str(shared)),
-        bool(opts.get("no_rm_tmpdir")),
-        nspace,
-        rank,
-    )
+    return Job(job_id, user, hostname(), layout_from(req.shared), req.no_rm_tmpdir, nspace, rank)
 
 
 def config_from_run_env(values: dict[str, str]) -> Config:
