@@ -59,14 +59,20 @@ class Release:
     # apt inside the image (by hand; the builds run none): an archive snapshot whose
     # Release file has expired needs Acquire::Check-Valid-Until=false
     expired_release: bool = False
+    # what this release's nodes get beyond PACKAGES (an empty tuple leaves the base's
+    # tag as it was before per-release lists existed: other releases do not rebuild)
+    packages: tuple[str, ...] = ()
 
 
+# Container runtimes of forky only (tests/e2e/test_rig_hpc_runtimes.py): charliecloud's
+# ch-run (unprivileged), and Podman 5 with crun 1.28 (runc is in PACKAGES)
+FORKY = ("charliecloud-runtime", "podman", "crun")
 RELEASES = {
     r.suite: r
     for r in (
         Release("bookworm", "22.05", "3.11"),
         Release("trixie", "24.11", "3.13"),
-        Release("forky", "26.05", "3.14", script="sid", expired_release=True),
+        Release("forky", "26.05", "3.14", script="sid", expired_release=True, packages=FORKY),
     )
 }
 DEFAULT_RELEASE = "bookworm"  # the host's own suite: the non-Slurm rig tests use it
@@ -196,9 +202,14 @@ def architecture() -> str:
 
 def base_tag(mirror: str, rel: Release | None = None) -> str:
     rel = rel or RELEASES[DEFAULT_RELEASE]
-    packages = ",".join(sorted(PACKAGES))
+    packages = ",".join(sorted(packages_of(rel)))
     inputs = (RECIPE, rel.suite, rel.script, str(rel.expired_release), VARIANT, packages)
     return f"{BASE}:{digest(*inputs, mirror, architecture())}"
+
+
+def packages_of(rel: Release) -> tuple[str, ...]:
+    """What debootstrap installs in the release's base image."""
+    return PACKAGES + rel.packages
 
 
 def image_exists(client: Any, tag: str) -> bool:
@@ -221,7 +232,7 @@ def _debootstrap(root: Path, mirror: str, rel: Release, log: Log) -> None:
     cmd = [
         "debootstrap",
         f"--variant={VARIANT}",
-        f"--include={','.join(PACKAGES)}",
+        f"--include={','.join(packages_of(rel))}",
         f"--cache-dir={debs}",
         rel.suite,
         str(root),
