@@ -59,14 +59,20 @@ class Release:
     # apt inside the image (by hand; the builds run none): an archive snapshot whose
     # Release file has expired needs Acquire::Check-Valid-Until=false
     expired_release: bool = False
+    # what this release's nodes get beyond PACKAGES (an empty tuple leaves the base's
+    # tag as it was before per-release lists existed: other releases do not rebuild)
+    packages: tuple[str, ...] = ()
 
 
+# Container runtimes of forky only (tests/e2e/test_rig_hpc_runtimes.py): charliecloud's
+# ch-run (unprivileged), and Podman 5 with crun 1.28 (runc is in PACKAGES)
+FORKY = ("charliecloud-runtime", "podman", "crun")
 RELEASES = {
     r.suite: r
     for r in (
         Release("bookworm", "22.05", "3.11"),
         Release("trixie", "24.11", "3.13"),
-        Release("forky", "26.05", "3.14", script="sid", expired_release=True),
+        Release("forky", "26.05", "3.14", script="sid", expired_release=True, packages=FORKY),
     )
 }
 DEFAULT_RELEASE = "bookworm"  # the host's own suite: the non-Slurm rig tests use it
@@ -77,11 +83,9 @@ VARIANT = "minbase"
 # What the nodes need from Debian, in every release.
 PACKAGES = (
     "python3",  # the interpreter every user can run
-    # jobns's runtime dependencies as the release ships them (the jobns package's
-    # Depends name pyproject's minimums: dpkg checks them in install_jobns)
-    "python3-prctl",
+    # jobns's one runtime dependency as the release ships it (the jobns package's Depends
+    # names pyproject's minimum: dpkg checks it in install_jobns)
     "python3-pyroute2",
-    "python3-jsonschema",
     "slurm-wlm",
     "munge",  # a Slurm cluster in the rig (controller + nodes)
     # ci/build-deb's build dependencies (debian/control, and build-essential, which
@@ -196,9 +200,14 @@ def architecture() -> str:
 
 def base_tag(mirror: str, rel: Release | None = None) -> str:
     rel = rel or RELEASES[DEFAULT_RELEASE]
-    packages = ",".join(sorted(PACKAGES))
+    packages = ",".join(sorted(packages_of(rel)))
     inputs = (RECIPE, rel.suite, rel.script, str(rel.expired_release), VARIANT, packages)
     return f"{BASE}:{digest(*inputs, mirror, architecture())}"
+
+
+def packages_of(rel: Release) -> tuple[str, ...]:
+    """What debootstrap installs in the release's base image."""
+    return PACKAGES + rel.packages
 
 
 def image_exists(client: Any, tag: str) -> bool:
@@ -221,7 +230,7 @@ def _debootstrap(root: Path, mirror: str, rel: Release, log: Log) -> None:
     cmd = [
         "debootstrap",
         f"--variant={VARIANT}",
-        f"--include={','.join(PACKAGES)}",
+        f"--include={','.join(packages_of(rel))}",
         f"--cache-dir={debs}",
         rel.suite,
         str(root),
@@ -385,8 +394,8 @@ RUN {BUILD_SRC}/ci/build-deb {DEB_DIR} && rm -rf {BUILD_SRC}
 def install_jobns(debs: str) -> str:
     """The Dockerfile steps that install jobns as a site would: the project's two
     packages, built for this release (debs_dockerfile), copied from the debs image and
-    installed with dpkg, offline. Every dependency (the release's python3-prctl,
-    pyroute2, jsonschema at pyproject's minimums; its slurm-wlm-basic-plugins of the
+    installed with dpkg, offline. Every dependency (the release's python3-pyroute2
+    at pyproject's minimum; its slurm-wlm-basic-plugins of the
     exact major.minor the plugin was built for) is Debian's, in the base image: dpkg
     refuses the install, naming the package, if one is missing or too old. Nothing of
     the checkout is in the node; the .debs stay in DEB_DIR (a site's local copy)."""

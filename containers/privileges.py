@@ -69,6 +69,8 @@ MINIMUM = Privileges(
 # MINIMUM, plus what rootless runc needs inside a node (`srun --container`): its
 # container init makes a session keyring (keyctl(2)), which docker's default seccomp
 # profile refuses ("unable to join session keyring: ... operation not permitted").
+# charliecloud's ch-run needs it too: under that profile its pivot_root(2) fails with
+# EPERM (measured on forky's charliecloud 0.45).
 ROOTLESS_RUNC = Privileges(
     "rootless-runc",
     MINIMUM.cap_add,
@@ -76,4 +78,18 @@ ROOTLESS_RUNC = Privileges(
     (*MINIMUM.security_opt, "seccomp=unconfined"),
 )
 
-BY_NAME = {p.name: p for p in (BROAD, MINIMUM, ROOTLESS_RUNC)}
+# ROOTLESS_RUNC, plus what root's Podman 5.8 with crun 1.28 needs inside a node
+# (tests/e2e/test_rig_hpc_runtimes.py), given to that one node only. The node's cgroup
+# file system is read-only, so Podman runs with --cgroups=disabled, which it allows with
+# crun only ("requested OCI runtime runc is not compatible with NoCgroups"); crun then
+# makes the container's /dev nodes itself (MKNOD: "mknodat `/dev/null`: Operation not
+# permitted") and narrows its bounding set (SETPCAP: "prctl drop bounding"). seccomp
+# stays unconfined for crun's session keyring, as for rootless runc.
+PODMAN = Privileges(
+    "podman",
+    (*ROOTLESS_RUNC.cap_add, "MKNOD", "SETPCAP"),
+    ROOTLESS_RUNC.cap_drop,
+    ROOTLESS_RUNC.security_opt,
+)
+
+BY_NAME = {p.name: p for p in (BROAD, MINIMUM, ROOTLESS_RUNC, PODMAN)}

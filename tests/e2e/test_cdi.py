@@ -286,3 +286,28 @@ def test_gc_removes_a_spec_whose_job_has_no_record(cdi: Rig, users: list[OsUser]
         assert other.exists()
     finally:
         other.unlink()
+
+
+@pytest.fixture
+def cdi_1_0(sandbox: Sandbox) -> Iterator[Rig]:
+    yield from podman_rig(sandbox, 'version = "1.0.0"\n')
+
+
+def test_podman_4_ignores_a_cdi_1_0_spec(cdi_1_0: Rig, users: list[OsUser]) -> None:
+    """Why `[cdi] version` is 0.5.0 by default: Podman 4.3 does not resolve the job's device
+    from a 1.0.0 spec (Podman 5.8 does: tests/e2e/test_rig_hpc_runtimes.py)."""
+    version = subprocess.run(["podman", "--version"], capture_output=True, text=True).stdout
+    if not version.startswith("podman version 4."):
+        pytest.skip(f"this is about Podman 4 ({version.strip()} here)")
+    alice = users[0]
+    job = cdi_1_0.job(8)
+    setup(cdi_1_0, job, alice)
+    rootfs = cdi_1_0.rootfs_copy("v1")
+    try:
+        assert json.loads(spec_path(job).read_text())["cdiVersion"] == "1.0.0"
+        r = run(podman(cdi_1_0, f"jobns-{cdi_1_0.tag}-v1", job, "echo ran", rootfs, alice))
+        assert r.returncode != 0 and "ran" not in r.stdout, r
+        assert f"unresolvable CDI devices jobns.dev/job={job}" in r.stderr, r.stderr
+    finally:
+        teardown(cdi_1_0, job)
+    assert cdi_1_0.clean()

@@ -63,6 +63,9 @@ def test_jobns_holds_the_python_package_and_what_a_site_configures(
         "/etc/jobns/slurm/epilog",
         "/etc/jobns/slurm/task-prolog",
         "/usr/share/doc/jobns/examples/oci.conf",
+        # the untested container-runtime snippets (docs/containers.md)
+        "/usr/share/doc/jobns/examples/90-jobns.fstab",
+        "/usr/share/doc/jobns/examples/jobns-apptainer.conf",
     ):
         assert path in files, path
     units = {p.rsplit("/", 1)[1] for p in files if "/systemd/system/" in p} - {""}

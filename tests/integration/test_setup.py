@@ -528,3 +528,28 @@ def test_the_state_directory_is_bound_onto_itself_once(
     for job in ("990", "991"):
         teardown(sandbox, job)
     assert_clean(sandbox)
+
+
+def test_a_first_call_with_umask_0_makes_a_state_dir_it_accepts(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """crun 1.28 (Podman 5.8's runtime in Debian forky) runs OCI hooks with umask 0. When
+    such a hook is the node's first jobns call, the state directory and its parents are made
+    then: os.makedirs gave the parents 0777 & ~umask = 0777, which jobns itself then refuses
+    ("writable only by root") for every later job on the node, until an administrator fixes
+    it. Seen in tests/e2e/test_rig_hpc_runtimes.py; here with `jobns setup` under umask 0."""
+    alice = users[0]
+    fresh = sandbox.root / "fresh" / "state"
+    text = sandbox.config.read_text()
+    sandbox.config.write_text(text.replace(f'"{sandbox.state}"', f'"{fresh}"'))
+    job = "umask0-1"
+    r = sandbox.run(
+        ["setup", "--job-id", job, "--user", alice.name], preexec_fn=lambda: os.umask(0)
+    )
+    try:
+        assert r.returncode == 0, r.stderr
+        for d in (fresh.parent, fresh):
+            assert d.stat().st_mode & 0o022 == 0, (d, oct(d.stat().st_mode))
+    finally:
+        sandbox.run(["teardown", "--job-id", job])
+        subprocess.run(["umount", "-l", str(fresh)], capture_output=True, check=False)

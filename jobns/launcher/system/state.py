@@ -105,10 +105,16 @@ def ensure_state_dir(state_dir: str) -> None:
     like Slurm's job_container BasePath, the directory is bound onto itself and
     made private once per boot.
     """
+    # makedirs gives the directories above JOBS 0777 & ~umask, and the caller's umask may
+    # be 0: crun runs OCI hooks so, and a hook may be a node's first jobns call. A
+    # world-writable state directory would be refused below for every later job.
+    old_umask = os.umask(0o022)
     try:
         os.makedirs(f"{state_dir}/{JOBS}", mode=0o711, exist_ok=True)
     except OSError as e:
         raise state_error("create state directory", state_dir, e) from None
+    finally:
+        os.umask(old_umask)
     for path in (state_dir, f"{state_dir}/{JOBS}"):
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
