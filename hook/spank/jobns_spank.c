@@ -1,7 +1,9 @@
 /*
  * jobns_spank.c: put every task of a Slurm job into the job's mount namespace.
  *
- * One thing only: in slurm_spank_task_init_privileged (slurmstepd calls it as root in
+ * One thing only (and, for a job with a PID namespace of its own, its slurm_spank_init
+ * joins that namespace in slurmstepd, before the tasks are forked): in
+ * slurm_spank_task_init_privileged (slurmstepd calls it as root in
  * each task it forks, the batch script included, before it drops privileges) open the
  * namespace `jobns setup` (the prolog) pinned for this job and setns() into it. Every
  * decision is the prolog's (Python): which directories, which namespace, which variables
@@ -149,6 +151,102 @@ static void set_job_environment(spank_t sp, const char *text, const char *shown)
 	}
 }
 
+/* Open <state_dir>/jobs/<job>/ns/pid ([namespace] pid = true in jobns.toml) without
+ * following a link: -1 with errno ENOENT when the job has none. strict (in a task): each
+ * directory must be root's (open_root_owned) and anything but a pinned PID namespace of
+ * the host's user namespace is refused; else (in slurmstepd, where an exit would end the
+ * step daemon) any doubt is only -1, and the task's strict check refuses it. */
+static int open_pid_pin(const char *state_dir, const char *job, int strict)
+{
+	const char *names[] = {state_dir, "jobs", job, "ns"};
+	char shown[1200];
+	struct stat owner, mine;
+	struct statfs fs;
+	int fds[4] = {-1, -1, -1, -1}, fd = -1, userns = -1, err, ok;
+
+	snprintf(shown, sizeof(shown), "%s/jobs/%s/ns/pid", state_dir, job);
+	for (int i = 0; i < 4; i++) {
+		int at = i ? fds[i - 1] : AT_FDCWD;
+
+		if (i > 0 && at < 0)
+			break;
+		fds[i] = strict && i < 3 ? open_root_owned(at, names[i], 1, shown)
+			 : openat(at, names[i], O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fds[3] >= 0)
+		fd = openat(fds[3], "pid", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	err = errno;
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (fd < 0) {
+		errno = err;
+		return -1;
+	}
+	userns = ioctl(fd, NS_GET_USERNS);
+	ok = fstatfs(fd, &fs) == 0 && fs.f_type == NSFS_MAGIC &&
+	     ioctl(fd, NS_GET_NSTYPE) == CLONE_NEWPID && userns >= 0 &&
+	     fstat(userns, &owner) == 0 && stat("/proc/self/ns/user", &mine) == 0 &&
+	     owner.st_dev == mine.st_dev && owner.st_ino == mine.st_ino;
+	if (userns >= 0)
+		close(userns);
+	if (!ok) {
+		close(fd);
+		if (strict)
+			refuse("%s is not a pinned PID namespace of root's", shown);
+		errno = EPERM;
+		return -1;
+	}
+	return fd;
+}
+
+/* [namespace] pid: slurmstepd (root, before it forks the step's tasks) joins the job's PID
+ * namespace. setns(CLONE_NEWPID) moves only the children forked after it, so the step
+ * daemon stays in the node's namespace and tracks its tasks by their node pids, while
+ * every task (the batch script too) is born inside. Nothing is refused here (an exit
+ * would end the step daemon): a task that is not inside is refused in
+ * slurm_spank_task_init_privileged below. */
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	const char *state_dir = DEFAULT_STATE_DIR;
+	char job[16];
+	uint32_t job_id;
+	int fd;
+
+	if (!spank_remote(sp) || spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+		return 0;
+	for (int i = 0; i < ac; i++)  /* state_dir_arg() refuses a bad one, in the task */
+		if (strncmp(av[i], "state_dir=", 10) == 0 && av[i][10] == '/')
+			state_dir = av[i] + 10;
+	snprintf(job, sizeof(job), "%u", job_id);
+	fd = open_pid_pin(state_dir, job, 0);
+	if (fd < 0)
+		return 0;
+	if (setns(fd, CLONE_NEWPID) < 0)
+		slurm_error("jobns: join job %s's PID namespace: %s", job, strerror(errno));
+	close(fd);
+	return 0;
+}
+
+/* The task is in the job's PID namespace (slurm_spank_init joined it) when the job has one. */
+static void check_pid_namespace(const char *state_dir, const char *job)
+{
+	struct stat pin, mine;
+	int fd = open_pid_pin(state_dir, job, 1);
+
+	if (fd < 0) {
+		if (errno != ENOENT)
+			refuse("open %s/jobs/%s/ns/pid: %s", state_dir, job, strerror(errno));
+		return;
+	}
+	if (fstat(fd, &pin) < 0 || stat("/proc/self/ns/pid", &mine) < 0 ||
+	    pin.st_dev != mine.st_dev || pin.st_ino != mine.st_ino)
+		refuse("job %s has a PID namespace of its own, but this task was not started in "
+		       "it (the job's init has ended, or slurmstepd could not join it: see "
+		       "slurmd's log)", job);
+	close(fd);
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	char job[16], shown[1200], text[RUN_ENV_MAX + 1], cwd[4096], joined[96];
@@ -194,6 +292,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 			!strcmp(value, "teardown")) ? "ending" : "still being set up", value);
 	}
 	set_job_environment(sp, text, shown);
+	check_pid_namespace(state_dir, job);
 
 	ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 	fd = ns < 0 ? -1 : openat(ns, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
