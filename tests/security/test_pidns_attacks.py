@@ -9,6 +9,10 @@ A's /proc is the procfs of A's own PID namespace: no pid of B can be named there
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
 from tests.security.conftest import World
@@ -65,3 +69,50 @@ def test_without_a_pid_namespace_a_job_reads_another_job_of_its_user(world: Worl
     two_jobs(world, pid=False)
     assert SECRET in peek(world)
     finish(world)
+
+
+def _sleepers(seconds: str) -> list[int]:
+    """Host pids of live `sleep SECONDS` processes (the marker of one test)."""
+    out = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read() == b"sleep\0" + seconds.encode() + b"\0":
+                    os.readlink(f"/proc/{name}/ns/mnt")  # not a zombie
+                    out.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("pid", [True, False])
+def test_a_task_in_namespaces_of_its_own_is_ended_at_teardown(world: World, pid: bool) -> None:
+    """SECURITY.md "not defended": in the enforced mode a process that makes a user and
+    mount namespace of its own (`unshare -Urm`) leaves the job's mount namespace, and
+    teardown, which finds the job's processes by it, misses it (with pid = false it
+    survives: under Slurm the step's cgroup ends it). It cannot leave the job's PID
+    namespace: with pid = true teardown ends it too."""
+    extra = "[namespace]\npid = true\n" if pid else ""
+    world.box.write_config("[slurm]\nenforce = true\n" + extra)
+    assert world.setup("2413").returncode == 0
+    marker = "3013" if pid else "3014"
+    # Started by jobns run, whose supervisor would end it with the task: the wrapper
+    # dies first (as a task the plugin joined has none), and the escapee is orphaned.
+    task = world.start_jobns(
+        ["run", "--job-id", "2413", "--", "sh", "-c", f"unshare -Urm sleep {marker} & wait"]
+    )
+    deadline = time.monotonic() + 20
+    while not _sleepers(marker):
+        assert time.monotonic() < deadline, "the task did not start"
+        time.sleep(0.05)
+    (escaped,) = _sleepers(marker)
+    world.track(escaped)  # a host pid: cleanup kills it if it is left
+    task.kill()
+    task.wait(timeout=20)
+    assert _sleepers(marker) == [escaped]
+    assert world.teardown("2413").returncode == 0
+    left = _sleepers(marker)
+    assert left == ([] if pid else [escaped])
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    world.assert_clean()
