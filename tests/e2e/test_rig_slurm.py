@@ -621,6 +621,7 @@ echo batch $(hostname) $(readlink /proc/self/ns/pid) $(tr '\\0' _ < /proc/1/cmdl
 $(ls -d /proc/[0-9]* | wc -l)
 srun -N2 sh -c 'echo step $(hostname) $(readlink /proc/self/ns/pid) \
 $(tr "\\0" _ < /proc/1/cmdline) $(ls -d /proc/[0-9]* | wc -l)'
+srun -N1 sh -c 'exit 3'; echo exit $?
 """
 
 
@@ -645,6 +646,7 @@ def test_enforced_pid_namespace_per_job(enforced: SlurmCluster) -> None:
             assert int(step[2]) < 12, out  # the init, the step's few processes: not the node's
             if host == first:
                 assert rows[("batch", host)][:2] == step[:2], out  # one namespace per node
+        assert ["exit", "3"] in seen, out  # the task's exit code, through the plugin's fork
         assert_no_trace(enforced, job_id)
     finally:
         for n in nodes:
