@@ -159,7 +159,7 @@ def jobns_wheel(dest: Path, repo: Path = REPO) -> Path:
         dirs = st.get("package-dir", {}) if isinstance(st, dict) else {}
         for pkg in packages:
             # Where the package's sources are: [tool.setuptools.package-dir] maps
-            # jobns.launcher to launcher/, else the package's own path.
+            # jobns.launcher to jobns/launcher/, else the package's own path.
             where = dirs.get(pkg) if isinstance(dirs, dict) else None
             top = str(where or pkg).split("/")[0].split(".")[0]
             if not (Path(src) / top).exists():

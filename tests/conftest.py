@@ -165,7 +165,7 @@ class Sandbox:
     def wait_released(self, timeout: float = 60) -> None:
         """Wait until no release process of an epilog is at work: jobns teardown returns
         once a job's trees are renamed out of its way, and a process of its own removes
-        them (launcher.release), holding a lock on its record under state/releases."""
+        them (launcher.lifecycle.release), holding a lock on its record under state/releases."""
         deadline = time.monotonic() + timeout
         while any(_held(p) for p in sorted((self.state / "releases").glob("*"))):
             assert time.monotonic() < deadline, "a release process is still at work"

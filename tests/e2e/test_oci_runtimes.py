@@ -166,7 +166,7 @@ class Rig:
     def write_hooks_d(self) -> Path:
         """The shipped hooks.d files, pointed at this test's config."""
         self.hooks_d.mkdir(exist_ok=True)
-        for src in (REPO / "hook" / "hooks.d").glob("*.json"):
+        for src in (REPO / "jobns" / "hook" / "hooks.d").glob("*.json"):
             doc = json.loads(src.read_text())
             args = doc["hook"]["args"]
             doc["hook"]["args"] = [*args[:2], "--config", str(self.box.config), *args[2:]]

@@ -54,7 +54,7 @@ def test_jobns_holds_the_python_package_and_what_a_site_configures(
     files = contents(jobns)
     for path in (
         "/usr/bin/jobns",
-        "/usr/lib/python3/dist-packages/jobns/launcher/cli.py",
+        "/usr/lib/python3/dist-packages/jobns/launcher/commands/cli.py",
         "/usr/lib/python3/dist-packages/jobns/schemas/config.schema.json",
         "/usr/share/man/man1/jobns.1.gz",
         "/usr/share/containers/oci/hooks.d/jobns.json",
@@ -66,17 +66,17 @@ def test_jobns_holds_the_python_package_and_what_a_site_configures(
     ):
         assert path in files, path
     units = {p.rsplit("/", 1)[1] for p in files if "/systemd/system/" in p} - {""}
-    assert units == {p.name for p in (REPO / "hook" / "systemd").iterdir()}
+    assert units == {p.name for p in (REPO / "jobns" / "hook" / "systemd").iterdir()}
     assert files["/etc/jobns/slurm/prolog"].startswith("-rwxr-xr-x")
     # no test tools, no checkout-only code
     python = [p for p in files if "/dist-packages/" in p]
     assert not [p for p in python if re.search(r"/(tests|containers|ci)/|/test_", p)]
     # the entry point exactly as an installer writes it from [project.scripts]
-    # (python3 -m installer / pip): launcher/entry.py, the byte-code loader's start
+    # (python3 -m installer / pip): jobns/launcher/commands/entry.py, the byte-code loader's start
     script = member(jobns, "/usr/bin/jobns")
     assert (
         script.startswith("#!/usr/bin/python3\n")
-        and "from jobns.launcher.entry import main" in script
+        and "from jobns.launcher.commands.entry import main" in script
     )
     # every file a site runs or edits names the packaged jobns, never the development venv
     for path in ("/usr/share/containers/oci/hooks.d/jobns.json", "/etc/jobns/slurm/prolog"):

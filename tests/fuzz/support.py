@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, reject, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from jobns.launcher.directives import VERBS
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.model.directives import VERBS
+from jobns.launcher.system.errors import JobnsError
 
 EXAMPLES = int(os.environ.get("JOBNS_FUZZ_EXAMPLES") or "200")
 LONG = os.environ.get("JOBNS_FUZZ_PROFILE") == "long"
@@ -111,7 +111,7 @@ class KnownBug:
         self, key: str, file: str, exc: type[BaseException], note: str, stderr: str | None = None
     ) -> None:
         self.key = key
-        self.file = file  # where the exception is raised, e.g. "hook/oci_config.py"
+        self.file = file  # where the exception is raised, e.g. "jobns/hook/oci_config.py"
         self.exc = exc
         self.note = note
         self.stderr = re.compile(stderr) if stderr else None  # the CLI's symptom

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from jobns.launcher import cli
-from jobns.launcher import config as config_mod
-from jobns.launcher.cli import COMMANDS, FLAG, OPTIONAL, VALUE
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.commands import cli
+from jobns.launcher.commands.cli import COMMANDS, FLAG, OPTIONAL, VALUE
+from jobns.launcher.model import config as config_mod
+from jobns.launcher.system.errors import JobnsError
 from tests.conftest import JOBNS, OsUser, _ensure_user, require_root
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (

@@ -13,15 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher import capacity, jsonfast, staging
-from jobns.launcher import config as config_mod
-from jobns.launcher.config import Config
-from jobns.launcher.directives import Directives, Symbols, parse_directives
-from jobns.launcher.environment import job_environment
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import LAYOUTS, Job, User
-from jobns.launcher.plan import Plan, build
-from jobns.launcher.validate import first_error
+from jobns.launcher.model import capacity, staging
+from jobns.launcher.model import config as config_mod
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.directives import Directives, Symbols, parse_directives
+from jobns.launcher.model.environment import job_environment
+from jobns.launcher.model.job import LAYOUTS, Job, User
+from jobns.launcher.model.plan import Plan, build
+from jobns.launcher.system import jsonfast
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.validate import first_error
 from jobns.schemas.generated import SCHEMAS
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
@@ -144,7 +145,7 @@ def test_config_load_from_file(box: FuzzBox, cache: str, data: st.DataObject) ->
 @fuzz()
 @given(data=st.data())
 def test_config_checker_agrees_with_jsonschema(box: FuzzBox, data: st.DataObject) -> None:
-    """The hot-path checker (launcher.validate) and jsonschema agree on every config
+    """The hot-path checker (launcher.system.validate) and jsonschema agree on every config
     document JSON can hold (TOML's nan/inf and datetimes are the checker's alone)."""
     doc = data.draw(config_doc(box.paths()))
     tried("config.schema_differential")

@@ -11,7 +11,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.directives import (
+from jobns.launcher.model.directives import (
     _SIZE_UNITS,
     LAYOUT_VALUES,
     MAX_BYTES,
@@ -30,7 +30,7 @@ from jobns.launcher.directives import (
     round_up,
     substitute,
 )
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError
 from tests.fuzz.support import (
     NUMBERS,
     capacity_text,

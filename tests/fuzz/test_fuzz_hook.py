@@ -16,11 +16,11 @@ from jobns.hook import bundle as bundle_mod
 from jobns.hook import identity, oci_config
 from jobns.hook import state as oci
 from jobns.hook.bundle import Bundle
-from jobns.launcher.config import Config
-from jobns.launcher.environment import job_environment
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import LAYOUTS, Job, safe_component
-from jobns.launcher.plan import build
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.environment import job_environment
+from jobns.launcher.model.job import LAYOUTS, Job, safe_component
+from jobns.launcher.model.plan import build
+from jobns.launcher.system.errors import JobnsError
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
     NUMBERS,
@@ -237,7 +237,7 @@ def test_bundle_config(
 )
 def test_pmix_identity_from_container_env(env: dict[str, str], job_id: str) -> None:
     tried("hook.pmix_identity")
-    from jobns.launcher.job import pmix_identity
+    from jobns.launcher.model.job import pmix_identity
 
     got = outcome(pmix_identity, job_id, env)
     if isinstance(got, tuple):

@@ -1,5 +1,5 @@
 """Fuzz what `[capacity] tmp_from_slurm` reads from Slurm (no root; issue 20): the answer
-of squeue (launcher.jobsize.parse_squeue, tmp_bytes) and, through a stand-in squeue
+of squeue (launcher.model.jobsize.parse_squeue, tmp_bytes) and, through a stand-in squeue
 program, slurm_tmp as setup calls it. Inputs: squeue rows with hostile ids and sizes,
 scontrol's one-line format and squeue/scontrol JSON with hostile job names, comments and
 numbers (what an older parser read, and what a future release might print), and noise.
@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher import jobsize, sysprog
-from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.model import jobsize
+from jobns.launcher.system import sysprog
+from jobns.launcher.system.errors import JobnsError, UserError
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
     NUMBERS,
@@ -186,7 +187,7 @@ def test_parse_squeue_reads_the_jobs_own_row_exactly(
 @pytest.fixture(scope="module")
 def fake_squeue(box: FuzzBox) -> tuple[Path, Path]:
     """A squeue that prints the answer file, and that file. Root runs its programs only
-    from root-owned system directories (launcher.sysprog): the property puts this one
+    from root-owned system directories (launcher.system.sysprog): the property puts this one
     in their place by hand (and checks what setup would run)."""
     answer = box.files / "squeue-answer"
     program = box.root / "fake-squeue"

@@ -1,5 +1,5 @@
 """Fuzz a job's request as the prolog sees it (no root): who the job is (flags and Slurm
-variables, launcher.job) and what it asks for (the Slurm job comment, --directives and
+variables, launcher.model.job) and what it asks for (the Slurm job comment, --directives and
 --script, through directives, capacities and staging to the recorded plan). This is
 `jobns setup` short of touching the system: a bad request must refuse the job with one
 line, never crash the prolog (which would drain the node)."""
@@ -13,12 +13,12 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher import capacity, jsonfast, staging
-from jobns.launcher.config import Config
-from jobns.launcher.directives import Directives
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.inputs import Options, kill_wait_from, net_from
-from jobns.launcher.job import (
+from jobns.launcher.lifecycle.lifecycle import COMMENT_PREFIX, apply_directives, gather_directives
+from jobns.launcher.model import capacity, staging
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.directives import Directives
+from jobns.launcher.model.inputs import Options, kill_wait_from, net_from
+from jobns.launcher.model.job import (
     LAYOUTS,
     Job,
     User,
@@ -29,8 +29,9 @@ from jobns.launcher.job import (
     safe_component,
     user_from,
 )
-from jobns.launcher.lifecycle import COMMENT_PREFIX, apply_directives, gather_directives
-from jobns.launcher.plan import Plan, build
+from jobns.launcher.model.plan import Plan, build
+from jobns.launcher.system import jsonfast
+from jobns.launcher.system.errors import JobnsError
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
     SESSION_ROOT,
@@ -62,7 +63,7 @@ def configs(box: FuzzBox) -> list[Config]:
     granularity of 3 bytes, staging allowed anywhere)."""
     if str(box.root) in _CONFIGS:
         return _CONFIGS[str(box.root)]
-    from jobns.launcher import config as config_mod
+    from jobns.launcher.model import config as config_mod
 
     out = [Config({}, None)]
     for path in box.configs:
@@ -178,7 +179,7 @@ def test_numeric_and_choice_flags(kill_wait: str | None, net: str | None) -> Non
 
 
 def request(box: FuzzBox, config: Config, opts: Options, environ: dict[str, str]) -> None:
-    """jobns setup's pure part (launcher.setup.main up to lifecycle.setup), checked."""
+    """jobns setup's pure part (launcher.commands.setup.main up to lifecycle.setup), checked."""
     with contextlib.redirect_stderr(io.StringIO()) as err:
         directives = outcome(gather_directives, opts, environ, config)
     for line in err.getvalue().splitlines():

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from jobns.hook.state import parse as parse_state
-from jobns.launcher import config as config_mod
-from jobns.launcher.config import Config
-from jobns.launcher.directives import (
+from jobns.launcher.model import config as config_mod
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.directives import (
     DirectiveError,
     Symbols,
     confine,
@@ -20,9 +20,9 @@ from jobns.launcher.directives import (
     resolve_path,
     substitute,
 )
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import layout_from, lookup_user, pmix_identity
-from jobns.launcher.validate import first_error
+from jobns.launcher.model.job import layout_from, lookup_user, pmix_identity
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.validate import first_error
 from jobns.schemas.generated import SCHEMAS
 from tests.fuzz.support import check_message
 
@@ -180,7 +180,7 @@ def test_layout_error_quotes_the_value() -> None:
     assert "'a\\nb'" in refused(layout_from, "a\nb")
 
 
-# hook/state.py: a bundle path with a NUL (os.open: ValueError, an internal error of the
+# jobns/hook/state.py: a bundle path with a NUL (os.open: ValueError, an internal error of the
 # hook), a control character or line separator (raw in the bundle's error messages), or
 # a lone surrogate (unencodable) is no bundle a runtime made: refused on reading the state.
 @pytest.mark.parametrize(
@@ -202,7 +202,7 @@ def test_oci_state_ordinary_bundle_paths_still_parse() -> None:
     assert parse_state(data).bundle == "/run/containers/\u00e9t\u00e9 b"
 
 
-# Found by the fuzz campaign in hook/ and the prolog, fixed by their owners.
+# Found by the fuzz campaign in jobns/hook/ and the prolog, fixed by their owners.
 
 
 def test_oci_config_with_a_null_process_env() -> None:
@@ -229,7 +229,7 @@ def test_a_bundle_path_that_cannot_be_named_is_one_clean_line(path: str) -> None
 
 @pytest.mark.parametrize("path", ["/nonexistent/a\nforged line", "a\x00b", "/\x1b[2J"])
 def test_a_script_path_that_cannot_be_named_is_one_clean_line(path: str) -> None:
-    from jobns.launcher.lifecycle import gather_directives
+    from jobns.launcher.lifecycle.lifecycle import gather_directives
 
     with pytest.raises(JobnsError) as e:
         gather_directives({"script": path}, {}, None)

@@ -1,4 +1,4 @@
-"""The installed `jobns run` loads its whole launch path from byte code (launcher/bytecode.py).
+"""The installed `jobns run` loads its whole launch path from byte code (commands/bytecode.py).
 
 `-X importtime` lists every module the import system loads; a module preloaded from its
 pyc never passes through it. So a jobns module in that list is one the launch path
@@ -52,17 +52,20 @@ def imported_by_import_system(
 
 def test_the_installed_script_is_the_packaged_entry_point() -> None:
     interpreter()
-    assert "from jobns.launcher.entry import main" in Path(JOBNS).read_text()
+    assert "from jobns.launcher.commands.entry import main" in Path(JOBNS).read_text()
 
 
 # What passes through the import system when a task makes its own namespace: the entry
-# and the loader itself, then plan, removal and fs through the finder (bytecode.LAUNCH).
+# and the loader itself with their floor's package, then plan, removal and fs (and fs's
+# floor) through the finder (bytecode.LAUNCH).
 OWN_NAMESPACE_LAUNCH = [
-    "jobns.launcher.bytecode",
-    "jobns.launcher.entry",
-    "jobns.launcher.plan",
-    "jobns.launcher.removal",
-    "jobns.launcher.fs",
+    "jobns.launcher.commands",
+    "jobns.launcher.commands.bytecode",
+    "jobns.launcher.commands.entry",
+    "jobns.launcher.model.plan",
+    "jobns.launcher.backing",
+    "jobns.launcher.system.removal",
+    "jobns.launcher.backing.fs",
 ]
 
 
@@ -85,9 +88,6 @@ def test_joining_a_set_up_job_is_preloaded_too(sandbox: Sandbox, users: list[OsU
     assert sandbox.run(["setup", "--job-id", "bc-j", "--user", alice.name]).returncode == 0
     try:
         args = ["run", "--job-id", "bc-j", "--", "true"]
-        assert imported_by_import_system(sandbox, args, alice) == [
-            "jobns.launcher.bytecode",
-            "jobns.launcher.entry",
-        ]
+        assert imported_by_import_system(sandbox, args, alice) == OWN_NAMESPACE_LAUNCH[:3]
     finally:
         assert sandbox.run(["teardown", "--job-id", "bc-j"]).returncode == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.config import CACHE_PATH
+from jobns.launcher.model.config import CACHE_PATH
 from tests.conftest import JOBNS, OsUser, Sandbox
 
 pytestmark = pytest.mark.root

@@ -378,12 +378,12 @@ def test_a_held_file_system_does_not_stop_teardown_and_is_shut_down(
 def test_the_file_system_minimums_hold_for_this_mkfs(
     tmp_path: Path, fstype: str, too_small: int
 ) -> None:
-    """launcher.config.FS_MIN_BYTES against the real mkfs, with make_fs's options: the
+    """launcher.model.config.FS_MIN_BYTES against the real mkfs, with make_fs's options: the
     minimum is made (and mounts, with room for the job's directories); below the real
     limit mkfs fails, which is why setup rounds a smaller request up."""
-    from jobns.launcher import diskimage
-    from jobns.launcher.config import FS_MIN_BYTES
-    from jobns.launcher.errors import JobnsError
+    from jobns.launcher.backing import diskimage
+    from jobns.launcher.model.config import FS_MIN_BYTES
+    from jobns.launcher.system.errors import JobnsError
 
     image = tmp_path / "x.img"
     image.touch()

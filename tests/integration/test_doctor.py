@@ -206,7 +206,7 @@ def test_a_dirs_base_the_job_user_cannot_enter(node: Node, users: list[OsUser]) 
     denied", exit 125) and the node drained: the namespace is made as the job user, who
     looks the base up. Doctor now says so, and what it says matches what the prolog
     does. The base itself may be 0700: inside the job it is covered by root before the
-    holder becomes the user (launcher.namespace.cover_bases)."""
+    holder becomes the user (launcher.mountns.namespace.cover_bases)."""
     box, alice = node.box, users[0]
     node.plugstack.write_text("")  # the voluntary mode: no SPANK plugin
     top, target = box.root / "xtop", box.root / "mnt" / "x"

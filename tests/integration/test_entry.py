@@ -1,7 +1,7 @@
 """A plain `pip install` of the checkout into a fresh venv is the program that runs (issue 23).
 
-pip writes `bin/jobns` from pyproject's [project.scripts] (launcher/entry.py); nothing
-rewrites it. The venv is made here: `python3 -m venv`, then its own pip installs a copy of
+pip writes `bin/jobns` from pyproject's [project.scripts] (launcher/commands/entry.py);
+nothing rewrites it. The venv is made here: `python3 -m venv`, then its own pip installs a copy of
 the checkout (no build/ left in the checkout; the build backend comes from the package
 index, as for ci/install-python; --no-deps: the launch path imports none).
 """
@@ -53,7 +53,7 @@ def pip_jobns() -> Iterator[Path]:
 def test_pip_writes_the_entry_point_and_nothing_rewrites_it(pip_jobns: Path) -> None:
     first, *rest = pip_jobns.read_text().splitlines()
     assert first == f"#!{pip_jobns.parent / 'python'}"  # no options: pip writes none
-    assert "from jobns.launcher.entry import main" in rest
+    assert "from jobns.launcher.commands.entry import main" in rest
 
 
 @pytest.mark.parametrize("who", ["root", "user"])
@@ -68,7 +68,7 @@ def test_a_pip_installed_task_launch_loads_its_modules_from_byte_code(
 
 
 def plant_ctypes(directory: Path) -> Path:
-    """A `_ctypes` (launcher.libc imports it on every launch) that leaves a mark."""
+    """A `_ctypes` (launcher.system.libc imports it on every launch) that leaves a mark."""
     mark = directory / "imported"
     directory.mkdir(parents=True)
     (directory / "_ctypes.py").write_text(
@@ -82,7 +82,7 @@ def test_root_ignores_python_variables_of_its_environment(
     pip_jobns: Path, sandbox: Sandbox
 ) -> None:
     """-I cannot be on a console script's #! line: a root jobns that finds a PYTHON*
-    variable starts again as `python -I` (launcher/entry.py)."""
+    variable starts again as `python -I` (jobns/launcher/commands/entry.py)."""
     mark = plant_ctypes(sandbox.root / "path")
     env = {"PYTHONPATH": str(sandbox.root / "path"), "PYTHONWARNINGS": "error"}
     cmd = [str(pip_jobns), *sandbox.cmd(["run", "--job-id", "pip-env", "--", "true"])[1:]]
@@ -97,7 +97,8 @@ def test_a_users_own_environment_is_hers(
     pip_jobns: Path, sandbox: Sandbox, users: list[OsUser]
 ) -> None:
     """A user's jobns runs with her rights: her PYTHONPATH changes only what she could
-    run anyway, and is not worth a second interpreter start per task (launcher/entry.py)."""
+    run anyway, and is not worth a second interpreter start per task
+    (jobns/launcher/commands/entry.py)."""
     mark = plant_ctypes(sandbox.root / "path")
     alice = users[0]
     (sandbox.root / "path").chmod(0o777)

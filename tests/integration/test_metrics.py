@@ -46,7 +46,7 @@ def test_status_prometheus_on_real_jobs(sandbox: Sandbox, users: list[OsUser]) -
     assert r.returncode == 0, r.stderr
     assert sandbox.run(["setup", "--job-id", "M2", "--user", alice.name]).returncode == 0
     # An immutable base (a node fault): the epilog can neither rename the job's tree out
-    # of the way (launcher.release) nor remove it, so it fails for real.
+    # of the way (launcher.lifecycle.release) nor remove it, so it fails for real.
     stuck = sandbox.local
     subprocess.run(["chattr", "+i", str(stuck)], check=True)
     try:

@@ -244,13 +244,13 @@ def test_the_c_librarys_syslog_reaches_dev_log(sandbox: Sandbox, users: list[OsU
 
 
 def test_without_the_hook_lines_go_to_the_c_librarys_syslog() -> None:
-    """No test socket: launcher.log goes through the stdlib syslog module (a missing
+    """No test socket: launcher.system.log goes through the stdlib syslog module (a missing
     /dev/log is no error: logging never fails a prolog)."""
     import subprocess
 
     code = (
         "import os, syslog; calls = []; syslog.syslog = lambda *a: calls.append(a); "
-        "os.environ.pop('JOBNS_TEST_SYSLOG_SOCKET', None); from jobns.launcher import log; "
+        "os.environ.pop('JOBNS_TEST_SYSLOG_SOCKET', None); from jobns.launcher.system import log; "
         "log.begin('setup', '7', 'alice'); log.log('state running'); "
         "assert calls == [(syslog.LOG_INFO, 'setup job=7 user=alice: state running')], "
         "calls"

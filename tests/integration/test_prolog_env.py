@@ -6,7 +6,7 @@ Security issue 20, finding 2: without PATH, Python searches /bin:/usr/bin only, 
 mkfs.ext4 / mkfs.xfs (in /usr/sbin) were "No such file or directory": every disk
 capacity failed its prolog (exit 125) and the node drained. Root now finds each program
 in a fixed list of system directories and runs it with a fixed environment
-(launcher.sysprog); the disk-capacity cases here fail on the code before that.
+(launcher.system.sysprog); the disk-capacity cases here fail on the code before that.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from jobns.launcher.sysprog import PATH as ROOTS_PATH
+from jobns.launcher.system.sysprog import PATH as ROOTS_PATH
 from tests.conftest import OsUser, Sandbox, job_mounts, own_mounts, require
 from tests.integration.test_disk_capacity import (
     assert_nothing_left,

@@ -1,4 +1,4 @@
-"""The epilog's release process (launcher.release), for real (root).
+"""The epilog's release process (launcher.lifecycle.release), for real (root).
 
 `jobns teardown` returns once the job's trees are out of its way (sealed, renamed
 <name>~removing-<hex>, capacities emptied and detached); a process of its own removes them. These

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import removal
+from jobns.launcher.system import removal
 from tests.conftest import require_root
 
 pytestmark = pytest.mark.root

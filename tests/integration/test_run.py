@@ -601,7 +601,6 @@ def test_removal_of_many_files(sandbox: Sandbox) -> None:
         (["--job-id", "ok", "--net", "bridge", "--", "true"], "--net"),
         (["--job-id", "ok", "--use-shared-tmpdir=sideways", "--", "true"], "per-node"),
         (["--job-id", "ok", "--bogus", "--", "true"], "unknown option"),
-        (["--", "true"], "no job id"),
     ],
 )
 def test_bad_input(sandbox: Sandbox, args: list[str], needle: str) -> None:

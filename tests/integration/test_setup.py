@@ -26,7 +26,7 @@ def setup(box: Sandbox, job: str, *extra: str) -> None:
 
 
 def teardown(box: Sandbox, job: str) -> None:
-    """The epilog, and its release process (launcher.release) done."""
+    """The epilog, and its release process (launcher.lifecycle.release) done."""
     r = box.run(["teardown", "--job-id", job])
     assert r.returncode == 0, r.stderr
     box.wait_released()

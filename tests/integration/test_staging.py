@@ -129,7 +129,7 @@ def run_job(box: Sandbox, job: str, user: OsUser, cmd: str) -> str:
 
 
 def teardown(box: Sandbox, job: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    """The epilog, and its release process (launcher.release) done."""
+    """The epilog, and its release process (launcher.lifecycle.release) done."""
     r = box.run(["teardown", "--job-id", job, *extra])
     box.wait_released()
     return r

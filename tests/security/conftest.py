@@ -392,7 +392,7 @@ class World:
         self, job: str, *extra: str, timeout: float = 120, released: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """The epilog; released: then wait for its release process too (it removes what
-        the epilog renamed out of the job's way, launcher.release)."""
+        the epilog renamed out of the job's way, launcher.lifecycle.release)."""
         r = self.box.run(["teardown", "--job-id", job, *extra], timeout=timeout)
         if released:
             self.box.wait_released(timeout=timeout)

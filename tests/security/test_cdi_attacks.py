@@ -1,4 +1,4 @@
-"""Attacks on the CDI path (launcher/cdi.py): a job's spec and the hook it carries.
+"""Attacks on the CDI path (jobns/launcher/mountns/cdi.py): a job's spec and the hook it carries.
 
 jobnsalice owns the job; jobnsbob attacks it. A CDI spec is a list of edits an engine
 applies to any container that names the device, so the spec's createRuntime hook

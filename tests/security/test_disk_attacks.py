@@ -27,7 +27,7 @@ from tests.security.conftest import PAUSE, PY, World, mounts, no_crash, refused
 pytestmark = pytest.mark.root
 
 MIB = 1024**2
-EXT4_MIN = MIB  # launcher.capacity.FS_MIN_BYTES
+EXT4_MIN = MIB  # launcher.model.capacity.FS_MIN_BYTES
 XFS_MIN = 300 * MIB
 
 

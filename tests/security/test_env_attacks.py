@@ -27,7 +27,7 @@ def test_her_job_on_a_disk_backed_node_never_fails_the_prolog(
 ) -> None:
     """Attack: alice's job comment asks for a disk capacity (or the site's [[dirs]] has a
     disk entry), and slurmd runs the prolog without PATH. Defence: root finds mkfs in
-    its fixed list of system directories (launcher.sysprog); the prolog exits 0 and her
+    its fixed list of system directories (launcher.system.sysprog); the prolog exits 0 and her
     job gets its file system."""
     alice = users[0]
     comment = None

@@ -1,4 +1,4 @@
-"""launcher.cdi's pure parts: the spec of a job, device names, settings."""
+"""launcher.mountns.cdi's pure parts: the spec of a job, device names, settings."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from jobns.launcher import cdi
-from jobns.launcher.config import Config
+from jobns.launcher.model.config import Config
+from jobns.launcher.mountns import cdi
 
 
 def test_build_one_device_of_our_kind() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.cli import COMMANDS, command_help, dispatch, parse
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.commands.cli import COMMANDS, command_help, dispatch, parse
+from jobns.launcher.system.errors import JobnsError
 
 RUN = COMMANDS["run"]
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,11 @@ def test_task_path_imports_nothing_heavy() -> None:
     argparse, tomllib (without a config file), typing or dataclasses; nor the Python faces of
     ctypes, signal and prctl (their C modules serve)."""
     code = (
-        "import sys; from jobns.launcher import cli, run, supervise, namespace, fs; "
+        "import sys; "
+        "from jobns.launcher.commands import cli, run; "
+        "from jobns.launcher.system import supervise; "
+        "from jobns.launcher.mountns import namespace; "
+        "from jobns.launcher.backing import fs; "
         "print(' '.join(sorted(sys.modules)))"
     )
     out = subprocess.run(
@@ -112,9 +116,12 @@ def test_prolog_and_epilog_import_only_what_they_use() -> None:
     repo = str(Path(__file__).parents[2])
     code = (
         f"import sys; sys.path.insert(0, {repo!r}); "
-        "from jobns.launcher import cli, setup, teardown, recover, lifecycle, release, "
-        "capacity, jobsize, staging, record, log, validate, jsonfast, environment, "
-        "sizelimit, pins, cdi, state, fs, removal, mountinfo; "
+        "from jobns.launcher.commands import cli, setup, teardown, recover; "
+        "from jobns.launcher.lifecycle import lifecycle, release; "
+        "from jobns.launcher.model import capacity, jobsize, staging, record, environment; "
+        "from jobns.launcher.system import log, validate, jsonfast, state, removal, mountinfo; "
+        "from jobns.launcher.backing import sizelimit, fs; "
+        "from jobns.launcher.mountns import pins, cdi; "
         "from jobns.schemas import generated; "
         "assert release.__file__.startswith(sys.path[0]); "
         "print(' '.join(sorted(sys.modules)))"
@@ -168,12 +175,12 @@ def test_every_failure_is_one_line_and_125(capsys: pytest.CaptureFixture[str]) -
 def test_a_bug_is_an_internal_error_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import jobns.launcher.report
+    import jobns.launcher.commands.report
 
     def broken(opts: object, command: object) -> int:
         raise KeyError("surprise")
 
-    monkeypatch.setattr(jobns.launcher.report, "status_main", broken)
+    monkeypatch.setattr(jobns.launcher.commands.report, "status_main", broken)
     monkeypatch.delenv("JOBNS_DEBUG", raising=False)
     assert dispatch(["status"]) == 125
     err = capsys.readouterr().err
@@ -191,7 +198,13 @@ def test_a_closed_pipe_is_quiet() -> None:
     os.close(r)
     try:
         p = subprocess.run(
-            [sys.executable, "-c", "from jobns.launcher.cli import main; main()", "run", "-h"],
+            [
+                sys.executable,
+                "-c",
+                "from jobns.launcher.commands.cli import main; main()",
+                "run",
+                "-h",
+            ],
             stdout=w,
             stderr=subprocess.PIPE,
             text=True,

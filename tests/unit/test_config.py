@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.config import DEFAULT_PATH, config_path, load, parse
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.model.config import DEFAULT_PATH, config_path, load, parse
+from jobns.launcher.system.errors import JobnsError
 
 
 def test_defaults_without_file(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_missing_explicit_file() -> None:
 
 def test_namespace_pid() -> None:
     """[namespace] pid: off by default, a boolean, nothing else in the section."""
-    from jobns.launcher.config import Config, check
+    from jobns.launcher.model.config import Config, check
 
     assert not Config(parse("", "x"), "x").pid_ns
     assert Config(parse("[namespace]\npid = true\n", "x"), "x").pid_ns

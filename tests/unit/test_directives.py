@@ -1,4 +1,4 @@
-"""Unit tests for launcher.directives: #JOBNS parsing, capacities, symbols, confinement."""
+"""Unit tests for launcher.model.directives: #JOBNS parsing, capacities, symbols, confinement."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobns.launcher.directives import (
+from jobns.launcher.model.directives import (
     MAX_BYTES,
     NO_ARRAY_TASK_ID,
     DirectiveError,
@@ -28,7 +28,7 @@ from jobns.launcher.directives import (
     round_up,
     substitute,
 )
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError
 
 BS2 = "\\\\"  # the two-backslash "stop processing" marker, as typed in a script
 
@@ -787,7 +787,7 @@ def test_confine_arbitrary_text(path: str) -> None:
 
 def test_a_bad_capacity_suggests_only_what_a_capacity_accepts() -> None:
     """The hint once offered `capacity=2N`, which shm and tmp then rejected (issue 14)."""
-    from jobns.launcher.directives import parse_capacity
+    from jobns.launcher.model.directives import parse_capacity
 
     with pytest.raises(JobnsError) as e:
         parse_capacity("lots")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.config import Config, load, parse
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.model.config import Config, load, parse
+from jobns.launcher.system.errors import JobnsError
 from tests.conftest import JOBNS, require
 
 GOOD = '[[dirs]]\npath = "/scratch/local"\nbase = "/local/jobns"\n'

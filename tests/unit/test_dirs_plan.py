@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from jobns.launcher.config import Config, parse
-from jobns.launcher.dirs import without
-from jobns.launcher.job import Job, User
-from jobns.launcher.plan import build
-from jobns.launcher.record import Record, host_dirs, new_record, plan_of
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.model.job import Job, User
+from jobns.launcher.model.plan import build
+from jobns.launcher.model.record import Record, host_dirs, new_record, plan_of
+from jobns.launcher.mountns.dirs import without
 from jobns.schemas.generated import SCHEMAS
 
 ALICE = User("alice", 1001, 1001, (1001,), "/home/alice")
@@ -31,7 +31,7 @@ def job(layout: str = "local") -> Job:
 
 
 def binds(plan: object) -> list[tuple[str, str, tuple[str, ...]]]:
-    from jobns.launcher.plan import Plan
+    from jobns.launcher.model.plan import Plan
 
     assert isinstance(plan, Plan)
     return [
@@ -93,7 +93,7 @@ def test_the_record_keeps_target_options_backing_and_size() -> None:
         ("/data", ["ro"], "disk", 1048576),
         ("/local", [], "directory", None),
     ]
-    back = Record.from_dict(doc)  # checked against schemas/job-state.schema.json
+    back = Record.from_dict(doc)  # checked against jobns/schemas/job-state.schema.json
     assert back.to_dict() == r.to_dict()
     assert host_dirs(back)["/scratch/local"] == "/local/jobns/job-77"
     assert host_dirs(back)["/tmp"] == "/tmp/job-77/tmp"
@@ -126,7 +126,8 @@ def test_old_records_without_extra_trees_still_load() -> None:
     r = new_record(job(), build(cfg(""), job()), 30.0, cfg(""))
     doc = json.loads(json.dumps(r.to_dict()))
     for t in doc["trees"]:
-        assert not {"target", "options", "backing"} & set(t)
+        assert not {"target", "options"} & set(t)
+        assert t.pop("backing") == "directory"  # as a record of the previous version
     assert "dir" in SCHEMAS["job-state.schema.json"]["$defs"]["tree"]["properties"]["role"]["enum"]  # type: ignore[index]
     back = Record.from_dict(doc)
     assert [t.tree.extra for t in back.trees] == [None, None]
@@ -145,7 +146,7 @@ def test_without_drops_trees_and_renumbers_binds() -> None:
 
 def test_oci_and_cdi_mount_entries_carry_the_options() -> None:
     from jobns.hook.oci_config import binds_of, options_of, rewrite
-    from jobns.launcher import cdi
+    from jobns.launcher.mountns import cdi
 
     plan = build(cfg(), job())
     doc: dict[str, object] = {

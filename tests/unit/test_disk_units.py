@@ -7,10 +7,13 @@ import os
 
 import pytest
 
-from jobns.launcher import capacity, config, diskimage, jobsize, loop, metrics
-from jobns.launcher.config import Config, parse
-from jobns.launcher.directives import DirectiveError, parse_script
-from jobns.launcher.errors import JobnsError, UserError
+from jobns.launcher.backing import diskimage
+from jobns.launcher.lifecycle import metrics
+from jobns.launcher.model import capacity, config, jobsize
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.model.directives import DirectiveError, parse_script
+from jobns.launcher.system import loop
+from jobns.launcher.system.errors import JobnsError, UserError
 
 MI = 1024**2
 
@@ -82,7 +85,7 @@ def test_loop_info64_is_the_kernel_struct() -> None:
 
 
 def test_file_system_minimums() -> None:
-    # Measured (launcher.capacity): ext4 needs 104 KiB, 1 MiB leaves inodes to spare;
+    # Measured (launcher.model.capacity): ext4 needs 104 KiB, 1 MiB leaves inodes to spare;
     # mkfs.xfs refuses anything below 300 MiB.
     assert config.FS_MIN_BYTES == {"ext4": MI, "xfs": 300 * MI}
     assert capacity.disk_minimum(cfg('[capacity]\ntmp_backing = "disk"\n')) == MI

@@ -1,5 +1,5 @@
 """The documentation holds together: every cited page and section exists, the README
-stays short, and docs/config.md is what schemas/docgen.py writes (no root).
+stays short, and docs/config.md is what jobns/schemas/docgen.py writes (no root).
 
 The citation format, in code, comments, --help text, scripts and documents:
   docs/PAGE.md "Heading"       a section by its heading text (README.md "Heading" too)
@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import cdi, config, diskimage
+from jobns.launcher.backing import diskimage
+from jobns.launcher.model import config
+from jobns.launcher.mountns import cdi
 from jobns.schemas import docgen
 
 REPO = Path(__file__).resolve().parents[2]
-# Where citations live. schemas/generated.py is derived from schemas/*.json (scanned).
-SCANNED_DIRS = ("launcher", "hook", "schemas", "ci", "containers", "tests", "debian", "docs")
+# Where citations live. jobns/schemas/generated.py is derived from jobns/schemas/*.json (scanned).
+SCANNED_DIRS = ("jobns", "ci", "containers", "tests", "debian", "docs")
 SCANNED_FILES = ("README.md", "SECURITY.md", "pyproject.toml")
-SKIPPED = {Path("schemas/generated.py"), Path("tests/unit/test_docs.py")}
+SKIPPED = {Path("jobns/schemas/generated.py"), Path("tests/unit/test_docs.py")}
 
 # A page, then optionally an anchor or a quoted heading; the heading may wrap across
 # comment lines ("#", "*", "//" continuation markers are dropped).
@@ -136,7 +138,7 @@ def test_no_pointer_in_an_old_form() -> None:
 
 def test_the_checker_catches_a_missing_section() -> None:
     """The checker is not vacuous: a made-up heading and anchor are reported."""
-    fake = REPO / "launcher" / "x.py"
+    fake = REPO / "jobns" / "launcher" / "x.py"
     text = 'see docs/admin.md "No such section" and docs/users.md#nowhere and docs/nope.md'
     assert len(list(broken_citations(fake, text))) == 3
     wrapped = '# (docs/admin.md "Who is failed\n# by what")'
@@ -157,7 +159,9 @@ def test_every_docs_page_says_who_it_is_for() -> None:
 @pytest.mark.parametrize("name", ["config.md"])
 def test_config_reference_is_generated(name: str) -> None:
     committed = (REPO / "docs" / name).read_text()
-    assert committed == docgen.render(), "docs/config.md is stale: run python -m schemas.docgen"
+    assert committed == docgen.render(), (
+        "docs/config.md is stale: run python -m jobns.schemas.docgen"
+    )
 
 
 def schema_default(*path: str) -> object:

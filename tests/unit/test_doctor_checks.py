@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import doctor
+from jobns.launcher.commands import doctor
 
 
 def proc(tmp_path: Path, **values: int) -> str:
@@ -176,7 +176,7 @@ def test_enforcement_problems_for_status(tmp_path: Path) -> None:
 )
 def test_a_pid_namespace_needs_enforce(text: str, kind: str | None) -> None:
     """[namespace] pid is honoured only with [slurm] enforce; doctor says which."""
-    from jobns.launcher.config import Config, parse
+    from jobns.launcher.model.config import Config, parse
 
     found = doctor.pid_namespace(Config(parse(text, "jobns.toml"), "jobns.toml"))
     assert [k for k, _ in found] == ([kind] if kind else [])

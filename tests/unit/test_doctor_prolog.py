@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import doctor, sysprog
-from jobns.launcher.config import Config, parse
+from jobns.launcher.commands import doctor
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.system import sysprog
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the directories must be root's")
 
@@ -52,7 +53,7 @@ def kinds(found: list[tuple[str, str]]) -> list[str]:
 )
 def test_a_base_the_job_user_cannot_enter(where: Path, top: int, base: int, problem: str) -> None:
     """The voluntary mode's namespace holder opens the base as the job user: search on
-    every directory above it, read and search on it (launcher.fs.reopen)."""
+    every directory above it, read and search on it (launcher.backing.fs.reopen)."""
     t = where / "top"
     b = t / "base"
     b.mkdir(parents=True)

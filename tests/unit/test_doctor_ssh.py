@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import doctor
+from jobns.launcher.commands import doctor
 
 DEBIAN_SSHD = """\
 @include common-auth
@@ -114,7 +114,7 @@ def test_check_runs_the_ssh_checks_only_when_enforced(tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text("JobContainerType=job_container/tmpfs\n")
     sshd = pam(tmp_path, ADOPT, "")
-    from jobns.launcher import config as config_mod
+    from jobns.launcher.model import config as config_mod
 
     for enforce in (False, True):
         config = config_mod.Config({"slurm": {"enforce": enforce}}, "test")

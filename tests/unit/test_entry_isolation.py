@@ -1,4 +1,4 @@
-"""launcher.entry.isolate_root: which environments make root's jobns start again as
+"""launcher.commands.entry.isolate_root: which environments make root's jobns start again as
 `python -I` (the re-exec itself runs for real in tests/integration/test_entry.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from jobns.launcher import entry
+from jobns.launcher.commands import entry
 
 
 def reexecs(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], euid: int = 0) -> bool:

@@ -1,4 +1,4 @@
-"""launcher.environment: the variables docs/users.md "Environment" promises a job's tasks, for
+"""launcher.model.environment: the variables docs/users.md "Environment" promises a job's tasks, for
 every layout, with and without an [arc] section, with the PMIx identity from PMIx's or
 Slurm's variables (no root)."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from jobns.launcher import plan
-from jobns.launcher.config import Config, parse
-from jobns.launcher.environment import job_environment, pmix_dirs
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.inputs import Options, config_from_run_env, job_from
-from jobns.launcher.job import LAYOUTS, Job, User, current_user, pmix_identity
+from jobns.launcher.model import plan
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.model.environment import job_environment, pmix_dirs
+from jobns.launcher.model.inputs import Options, config_from_run_env, job_from
+from jobns.launcher.model.job import LAYOUTS, Job, User, current_user, pmix_identity
+from jobns.launcher.system.errors import JobnsError
 
 PMIX_AND_TMPDIR = {
     "TMPDIR",

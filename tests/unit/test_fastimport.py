@@ -7,7 +7,7 @@ import signal as plain_signal
 
 import prctl
 
-from jobns.launcher import fastimport
+from jobns.launcher.system import fastimport
 
 
 def test_signal_is_the_plain_modules_c_half() -> None:

@@ -1,4 +1,4 @@
-"""launcher.fork: the one fork helper (no root).
+"""launcher.system.fork: the one fork helper (no root).
 
 Each child reports once through its own pipe (nothing: success), keeps its JobnsError's
 exit code, reports anything else as an internal error with 125, and holds only the fds it
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.fork import Child, spawn
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.fork import Child, spawn
 
 
 def exit_status(child: Child) -> int:

@@ -12,7 +12,7 @@ import pytest
 from jobns.hook import bundle as bundle_mod
 from jobns.hook.bundle import Bundle, rootfs_path
 from jobns.hook.identity import NO_RM, SHARED, USER, job_id_of, job_of
-from jobns.launcher.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError
 
 
 def make(doc: dict[str, Any], path: str = "/b") -> Bundle:

@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 
 from jobns.hook.oci_config import MOUNT_OPTIONS, hook_entries, rewrite
-from jobns.launcher.validate import first_error
+from jobns.launcher.system.validate import first_error
 from jobns.schemas.generated import SCHEMAS
 from tests.conftest import REPO
 
-HOOKS_D = REPO / "hook" / "hooks.d"
+HOOKS_D = REPO / "jobns" / "hook" / "hooks.d"
 BINDS = [("/tmp", "/b/job-1/tmp"), ("/var/tmp", "/b/job-1/var_tmp"), ("/dev/shm", "/s/job-1")]
 ENV = {"TMPDIR": "/tmp", "JOBNS_JOB_ID": "1"}
 
@@ -80,7 +80,7 @@ def test_rewrite_without_hooks_for_prolog_jobs() -> None:
     ],
 )
 def test_rewrite_refuses_malformed_bundles(doc: dict[str, Any], needle: str) -> None:
-    from jobns.launcher.errors import JobnsError
+    from jobns.launcher.system.errors import JobnsError
 
     with pytest.raises(JobnsError, match=needle):
         rewrite(doc, BINDS, ENV, {}, hook_entries("/j", None))

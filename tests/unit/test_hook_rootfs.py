@@ -1,6 +1,6 @@
 """Reaching a container's root file system and its mount points without following a user's
-links (hook/rootfs.py), and whose container it is (hook/identity.py, hook/bundle.py): no
-root needed."""
+links (jobns/hook/rootfs.py), and whose container it is (jobns/hook/identity.py,
+jobns/hook/bundle.py): no root needed."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from jobns.hook import bundle as bundle_mod
 from jobns.hook import rootfs
 from jobns.hook.identity import check_named, check_owner, user_of
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import User
+from jobns.launcher.model.job import User
+from jobns.launcher.system.errors import JobnsError
 
 
 def same_dir(fd: int, path: Path) -> bool:

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobns.hook.state import CREATE, POSTSTOP, parse, stage_for
-from jobns.launcher import jsonfast
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.validate import first_error, iter_errors, valid
+from jobns.launcher.system import jsonfast
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.validate import first_error, iter_errors, valid
 from jobns.schemas.generated import SCHEMAS
 from tests.conftest import REPO
 
@@ -114,7 +114,7 @@ def test_stages_jobns_cannot_serve(arg: str | None, status: str, needle: str) ->
         stage_for(arg, status)
 
 
-# --- launcher.validate agrees with jsonschema on OCI states -----------------------------
+# --- launcher.system.validate agrees with jsonschema on OCI states -----------------------------
 
 json_values = st.recursive(
     st.none()
@@ -206,7 +206,7 @@ def test_jsonfast_errors_without_json_imported() -> None:
     """The C scanner needs json.decoder for most messages; the hook never imports it
     up front."""
     code = (
-        "import sys; from jobns.launcher.jsonfast import loads\n"
+        "import sys; from jobns.launcher.system.jsonfast import loads\n"
         "for bad in (b'{]', b'[1,]', b'\"a', b'{\"a\" 1}'):\n"
         "    assert 'json' not in sys.modules\n"
         "    try: loads(bad)\n"
@@ -265,13 +265,19 @@ def test_hook_path_imports_nothing_heavy() -> None:
         return set(out.split())
 
     poststop = modules(
-        "from jobns.launcher import cli, config; from jobns.hook import hook, holds, state"
+        "from jobns.launcher.commands import cli; "
+        "from jobns.launcher.model import config; "
+        "from jobns.hook import hook, holds, state"
     )
     assert sorted(heavy & poststop) == []
     assert "ctypes" not in poststop
     create = modules(
-        "from jobns.launcher import cli; from jobns.hook import hook, bundle, identity, mounts, "
-        "holds, state; from jobns.launcher import state, plan, fs, validate, jsonfast; "
+        "from jobns.launcher.commands import cli; "
+        "from jobns.hook import hook, bundle, identity, mounts, "
+        "holds, state; "
+        "from jobns.launcher.system import state, validate, jsonfast; "
+        "from jobns.launcher.model import plan; "
+        "from jobns.launcher.backing import fs; "
         "import jobns.schemas.generated"
     )
     assert sorted(heavy & create) == []

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import job_id_from, layout_from, pmix_identity, safe_component, user_from
+from jobns.launcher.model.job import (
+    job_id_from,
+    layout_from,
+    made_up_job_id,
+    pmix_identity,
+    safe_component,
+    user_from,
+)
+from jobns.launcher.system.errors import JobnsError
 
 
 @pytest.mark.parametrize("good", ["8451", "job_1.2-3", "a" * 128, "..a", "A"])
@@ -39,6 +47,19 @@ def test_job_id_from_slurm_and_flag_precedence() -> None:
     assert job_id_from("7", {"SLURM_JOB_ID": "12"}) == "7"
     with pytest.raises(JobnsError, match="no job id"):
         job_id_from(None, {})
+
+
+# A Slurm job id: JOBID, JOBID_TASK (array), JOBID+OFFSET (het job).
+SLURM_ID = re.compile(r"[0-9]+([_+][0-9]+)?")
+
+
+def test_made_up_ids_are_safe_unique_and_never_slurm_ids() -> None:
+    ids = {made_up_job_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    for job_id in ids:
+        assert re.fullmatch(rf"run-{os.getpid()}-[0-9a-f]{{12}}", job_id), job_id
+        assert job_id_from(job_id, {}) == job_id
+        assert not SLURM_ID.fullmatch(job_id) and not job_id.isdigit()
 
 
 def test_layouts() -> None:

@@ -1,4 +1,4 @@
-"""launcher.jsonfast encodes exactly as json.dumps(sort_keys=True) (records stay readable
+"""launcher.system.jsonfast encodes exactly as json.dumps(sort_keys=True) (records stay readable
 by every JSON tool) and round-trips through its own decoder."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.jsonfast import dumps, loads
+from jobns.launcher.system.jsonfast import dumps, loads
 
 values = st.recursive(
     st.none()

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import capacity, state
-from jobns.launcher.config import Config, parse
-from jobns.launcher.directives import DirectiveError, parse_script
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.lifecycle import removable
-from jobns.launcher.plan import Tree
-from jobns.launcher.record import Pins, Record, TreeRecord, host_dirs
-from jobns.launcher.transfer import PART, Transfer, part_name
+from jobns.launcher.lifecycle.lifecycle import removable
+from jobns.launcher.model import capacity
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.model.directives import DirectiveError, parse_script
+from jobns.launcher.model.plan import Tree
+from jobns.launcher.model.record import Pins, Record, TreeRecord, host_dirs
+from jobns.launcher.system import state
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.transfer import PART, Transfer, part_name
 
 MI = 1024**2
 

@@ -1,4 +1,4 @@
-"""launcher.log (no root): the line format, and that the task path never loads it."""
+"""launcher.system.log (no root): the line format, and that the task path never loads it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobns.launcher import log
+from jobns.launcher.system import log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,9 +29,13 @@ def test_a_line_names_the_command_job_and_user_and_stays_one_line() -> None:
 
 
 def test_the_task_path_never_loads_the_logger() -> None:
-    """`jobns run` imports nothing new: neither launcher.log nor syslog."""
+    """`jobns run` imports nothing new: neither launcher.system.log nor syslog."""
     code = (
-        "import sys; from jobns.launcher import cli, run, supervise, namespace, fs, state; "
+        "import sys; "
+        "from jobns.launcher.commands import cli, run; "
+        "from jobns.launcher.system import supervise, state; "
+        "from jobns.launcher.mountns import namespace; "
+        "from jobns.launcher.backing import fs; "
         "print(' '.join(sorted(sys.modules)))"
     )
     out = subprocess.run(
@@ -41,5 +45,5 @@ def test_the_task_path_never_loads_the_logger() -> None:
         check=True,
         cwd=str(REPO),
     ).stdout.split()
-    assert "jobns.launcher.log" not in out and "syslog" not in out
-    assert "run" not in __import__("jobns.launcher.cli", fromlist=["LOGGED"]).LOGGED
+    assert "jobns.launcher.system.log" not in out and "syslog" not in out
+    assert "run" not in __import__("jobns.launcher.commands.cli", fromlist=["LOGGED"]).LOGGED

@@ -1,4 +1,4 @@
-"""jobns(1) is made from launcher.cli's help text (no root): every option `--help` lists
+"""jobns(1) is made from launcher.commands.cli's help text (no root): every option `--help` lists
 is in it, and groff formats it without a warning."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.cli import COMMANDS, command_help, dispatch
-from jobns.launcher.manpage import render
+from jobns.launcher.commands.cli import COMMANDS, command_help, dispatch
+from jobns.launcher.commands.manpage import render
 from tests.conftest import require
 
 
@@ -61,7 +61,7 @@ def test_every_option_help_lists_is_in_the_man_page(
 
 
 def test_the_page_names_the_version_and_exit_statuses(tmp_path: Path) -> None:
-    from jobns.launcher.cli import VERSION
+    from jobns.launcher.commands.cli import VERSION
 
     text = formatted(tmp_path)
     assert f"jobns {VERSION}" in text

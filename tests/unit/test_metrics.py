@@ -1,9 +1,9 @@
-"""`jobns status --format prometheus` text (no root): launcher.metrics.render."""
+"""`jobns status --format prometheus` text (no root): launcher.lifecycle.metrics.render."""
 
 from __future__ import annotations
 
-from jobns.launcher.metrics import render
-from jobns.launcher.state import STATES
+from jobns.launcher.lifecycle.metrics import render
+from jobns.launcher.system.state import STATES
 from tests.metrics_format import parse
 
 JOBS: list[dict[str, object]] = [

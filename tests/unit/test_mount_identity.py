@@ -1,5 +1,5 @@
 """How root tells its own mounts from a user's (no root): the mount id of an fd, the
-recorded identity of a mount, and the opens that never enter a mount (launcher.removal),
+recorded identity of a mount, and the opens that never enter a mount (launcher.system.removal),
 also on kernels without openat2."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import mountinfo, removal
-from jobns.launcher.mountinfo import Identity, Mount
-from jobns.launcher.record import TreeRecord
+from jobns.launcher.model.record import TreeRecord
+from jobns.launcher.system import mountinfo, removal
+from jobns.launcher.system.mountinfo import Identity, Mount
 
 
 def test_mount_id_of_an_fd_is_its_mount_in_the_table() -> None:
@@ -58,6 +58,7 @@ def test_a_tree_record_keeps_its_mount_identity() -> None:
         "children": [],
         "remove": True,
         "capacity": 1 << 20,
+        "backing": "tmpfs",
         "made": True,
         "mount": {"id": 42, "dev": 77, "fstype": "tmpfs"},
     }

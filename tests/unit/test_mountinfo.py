@@ -1,4 +1,4 @@
-"""launcher.mountinfo: unescaping, parsing this process's real /proc/self/mountinfo, and
+"""launcher.system.mountinfo: unescaping, parsing this process's real /proc/self/mountinfo, and
 which mounts lie under a path (no root)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from jobns.launcher import mountinfo
-from jobns.launcher.mountinfo import Mount, mounts, under, unescape
+from jobns.launcher.system import mountinfo
+from jobns.launcher.system.mountinfo import Mount, mounts, under, unescape
 
 # ------------------------------------------------------------------------- unescape
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobns.launcher.config import Config
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import Job, User
-from jobns.launcher.plan import SCRATCH_MODE, TOP_MODE, build
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.job import Job, User
+from jobns.launcher.model.plan import SCRATCH_MODE, TOP_MODE, build
+from jobns.launcher.system.errors import JobnsError
 
 ALICE = User("alice", 1001, 1001, (1001,), "/home/alice")
 

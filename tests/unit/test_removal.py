@@ -1,4 +1,4 @@
-"""launcher.removal on real trees the test builds in tmp_path (no root, no mounts).
+"""launcher.system.removal on real trees the test builds in tmp_path (no root, no mounts).
 
 Removal is fd-relative and never follows a link, grants an owner rwx on her own mode-000
 or read-only directories, moves subtrees deeper than MAX_DEPTH up so the number of open
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import removal
+from jobns.launcher.system import removal
 
 
 def open_fds() -> int:

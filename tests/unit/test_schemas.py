@@ -1,5 +1,5 @@
 """The schemas are the contract: generated.py equals them, and the hot-path checker
-(launcher.validate) agrees with jsonschema on good and bad documents (no root)."""
+(launcher.system.validate) agrees with jsonschema on good and bad documents (no root)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobns.launcher.validate import KNOWN, first_error, iter_errors, valid
+from jobns.launcher.system.validate import KNOWN, first_error, iter_errors, valid
 from jobns.schemas import generate
 from jobns.schemas.generated import SCHEMAS
 
@@ -21,7 +21,7 @@ SCHEMA_DIR = Path(generate.__file__).parent
 
 def test_generated_module_is_up_to_date() -> None:
     assert (SCHEMA_DIR / "generated.py").read_text() == generate.render(), (
-        "run `python -m schemas.generate` after editing schemas/*.json"
+        "run `python -m jobns.schemas.generate` after editing jobns/schemas/*.json"
     )
 
 
@@ -38,7 +38,9 @@ def test_schema_is_valid_and_uses_only_supported_keywords(name: str) -> None:
                     for sub in v.values():
                         walk(sub)
                 else:
-                    assert k in KNOWN, f"{name}: keyword {k!r} unsupported by launcher.validate"
+                    assert k in KNOWN, (
+                        f"{name}: keyword {k!r} unsupported by launcher.system.validate"
+                    )
                     walk(v)
         elif isinstance(node, list):
             for item in node:

@@ -1,16 +1,16 @@
-"""Staging plans (launcher.staging) and the [arc]/[staging]/[lifecycle] config (no root)."""
+"""Staging plans (launcher.model.staging) and the [arc]/[staging]/[lifecycle] config (no root)."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobns.launcher.config import Config, parse
-from jobns.launcher.directives import DirectiveError, Directives, Symbols, parse_script
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.job import Job, User
-from jobns.launcher.plan import Plan
-from jobns.launcher.plan import build as build_plan
-from jobns.launcher.staging import Staging, build, job_to_host, session_dir_from
+from jobns.launcher.model.config import Config, parse
+from jobns.launcher.model.directives import DirectiveError, Directives, Symbols, parse_script
+from jobns.launcher.model.job import Job, User
+from jobns.launcher.model.plan import Plan
+from jobns.launcher.model.plan import build as build_plan
+from jobns.launcher.model.staging import Staging, build, job_to_host, session_dir_from
+from jobns.launcher.system.errors import JobnsError
 
 ALICE = User("alice", 1000, 1000, (1000,), "/home/alice")
 

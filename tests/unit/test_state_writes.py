@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import libc, state
+from jobns.launcher.system import libc, state
 
 
 def on_tmpfs(path: Path) -> bool:

@@ -1,4 +1,4 @@
-"""launcher.supervise: the exit-status helpers, the PATH search, the process-tree walk and
+"""launcher.system.supervise: the exit-status helpers, the PATH search, the process-tree walk and
 the Supervisor end to end (no root).
 
 The Supervisor makes its process a child subreaper and blocks the signals it handles,
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.errors import JobnsError
-from jobns.launcher.supervise import (
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.supervise import (
     DEFAULT_PATH,
     Supervisor,
     descendants,

@@ -1,4 +1,4 @@
-"""launcher.sysprog: root finds its programs in a fixed list of directories, never
+"""launcher.system.sysprog: root finds its programs in a fixed list of directories, never
 through PATH, and runs them with a fixed environment."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher import sysprog
+from jobns.launcher.system import sysprog
 
 
 def test_a_program_in_usr_sbin_is_found_with_no_path(monkeypatch: pytest.MonkeyPatch) -> None:

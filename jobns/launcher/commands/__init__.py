@@ -1,0 +1,1 @@
+"""The commands `jobns --help` lists, and the installed script's entry point."""

@@ -1,0 +1,58 @@
+"""`jobns teardown` (the epilog): end what still runs in the job, stage out, drop the pins,
+take the directories out of the job's way (a release process of their own removes them,
+launcher.lifecycle.release) and remove the state. Safe to run twice, after a crash, or on a
+half-set-up or refused job.
+
+A thin command over launcher.lifecycle.lifecycle.finish (post-run, staging-out, teardown). A
+problem of the job's user (its stage-out destination unwritable: the outputs are
+kept) is reported and the epilog exits 0: a failing epilog drains the node.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from jobns.launcher.lifecycle import lifecycle
+from jobns.launcher.lifecycle.lifecycle import require_root
+from jobns.launcher.model import config as config_mod
+from jobns.launcher.model import record as records
+from jobns.launcher.model.inputs import Options
+from jobns.launcher.model.job import job_id_from
+from jobns.launcher.system import state
+from jobns.launcher.system.errors import JobnsError, UserError
+
+
+def main(opts: Options, _command: list[str]) -> int:
+    require_root("teardown")
+    environ = dict(os.environ)
+    config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
+    raw_id = opts.get("job_id")
+    job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
+    try:
+        lock = state.JobLock(config.state_dir, job_id)
+        lock.__enter__()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return 0  # no state directory: nothing was ever set up here
+        raise
+    try:
+        record = records.load(config.state_dir, job_id)
+        if record is None:
+            lock.release_and_remove()
+            return 0  # not set up on this node (or already torn down): nothing to do
+        try:
+            lifecycle.finish(
+                config, job_id, record, force=bool(opts.get("force")), hurry=bool(opts.get("hurry"))
+            )
+        except UserError as e:
+            lifecycle.warn(f"teardown {job_id}: {e}")
+            return 0  # the job's problem, recorded; the node is fine
+        except JobnsError:
+            if not state.is_set_up(config.state_dir, job_id):
+                lock.release_and_remove()  # --force forgot the record: the lock goes too
+            raise
+        lock.release_and_remove()
+        return 0
+    finally:
+        lock.__exit__()

@@ -1,0 +1,463 @@
+"""The persisted job record (jobns/schemas/job-state.schema.json) and its conversions.
+
+record <-> job <-> plan live here and nowhere else: a new record from a job and its
+plan, the job and the plan a record describes (the record is the truth about where
+the trees are, even if the config changed since), the host paths of the job's
+directories, and the few values a joining task reads from run.env.
+"""
+
+from __future__ import annotations
+
+import time
+
+from jobns.launcher.model.plan import TMP_TARGETS, Bind, build, tree_from_record, tree_record
+from jobns.launcher.system import state as state_mod
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.mountinfo import Identity
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from jobns.launcher.model.capacity import Capacities
+    from jobns.launcher.model.config import Config
+    from jobns.launcher.model.job import Job, User
+    from jobns.launcher.model.plan import Plan, Tree
+    from jobns.launcher.model.staging import Staging
+
+NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
+
+
+class TreeRecord:
+    """One recorded tree: where it is, whether it is removed, its capacity and backing
+    (launcher/backing/kinds.py: chosen at setup, choose_backing), whether this
+    setup made it (a failed setup removes only what it made), its cover (launcher.mountns.dirs),
+    and the identity of the capacity's mount (launcher.system.mountinfo.Identity: how teardown,
+    recover and gc know it from a user's mount named like it)."""
+
+    __slots__ = ("backing", "capacity", "cover", "image", "made", "mount", "tree")
+
+    def __init__(
+        self,
+        tree: Tree,
+        capacity: int | None = None,
+        made: bool = False,
+        image: str | None = None,
+        cover: str | None = None,
+        mount: Identity | None = None,
+        backing: str = "directory",
+    ) -> None:
+        self.tree = tree
+        self.capacity = capacity
+        self.backing = backing
+        self.made = made
+        self.image = image  # a disk capacity's image file (launcher.backing.diskimage), if any
+        self.cover = cover  # the mount id of an extra directory's cover (launcher.mountns.dirs)
+        self.mount = mount  # None: not mounted yet, or a record of the previous version
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> TreeRecord:
+        cap, image, cover = d.get("capacity"), d.get("image"), d.get("cover")
+        return cls(
+            tree_from_record(d),
+            cap if isinstance(cap, int) else None,
+            d.get("made", True) is True,
+            image if isinstance(image, str) else None,
+            cover if isinstance(cover, str) else None,
+            mount=Identity.from_dict(d.get("mount")),
+            backing=recorded_backing(d),
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        out = tree_record(self.tree, self.capacity)
+        out["backing"] = self.backing
+        out["made"] = self.made
+        if self.image is not None:
+            out["image"] = self.image
+        if self.cover is not None:
+            out["cover"] = self.cover
+        if self.mount is not None:
+            out["mount"] = self.mount.to_dict()
+        return out
+
+
+class Pins:
+    """The pin files of a set-up job and the identity of the mount namespace pinned
+    (pid: the job's PID namespace, with [namespace] pid)."""
+
+    __slots__ = ("mnt", "mnt_dev", "mnt_ino", "pid", "user")
+
+    def __init__(
+        self,
+        user: str | None = None,
+        mnt: str | None = None,
+        mnt_dev: int | None = None,
+        mnt_ino: int | None = None,
+        pid: str | None = None,
+    ) -> None:
+        self.user = user
+        self.mnt = mnt
+        self.mnt_dev = mnt_dev
+        self.mnt_ino = mnt_ino
+        self.pid = pid
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Pins:
+        def s(k: str) -> str | None:
+            v = d.get(k)
+            return v if isinstance(v, str) else None
+
+        def i(k: str) -> int | None:
+            v = d.get(k)
+            return v if isinstance(v, int) else None
+
+        return cls(s("user"), s("mnt"), i("mnt_dev"), i("mnt_ino"), s("pid"))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "user": self.user,
+            "mnt": self.mnt,
+            "mnt_dev": self.mnt_dev,
+            "mnt_ino": self.mnt_ino,
+            **({"pid": self.pid} if self.pid is not None else {}),
+        }
+
+
+class Record:
+    """A job's persisted record (jobns/schemas/job-state.schema.json), typed.
+
+    from_dict checks the schema first (a damaged record is an error, never a guess);
+    to_dict gives the document state.write_record checks and writes."""
+
+    __slots__ = (
+        "arc",
+        "capacities",
+        "created",
+        "errors",
+        "gid",
+        "history",
+        "hostname",
+        "job_id",
+        "kill_wait",
+        "layout",
+        "no_rm_tmpdir",
+        "options",
+        "pins",
+        "ran",
+        "staging",
+        "state",
+        "teardown_failures",
+        "trees",
+        "uid",
+        "updated",
+        "user_name",
+        "version",
+    )
+
+    def __init__(
+        self,
+        job_id: str,
+        user_name: str,
+        uid: int,
+        gid: int,
+        hostname: str,
+        layout: str,
+        no_rm_tmpdir: bool,
+        state: str,
+        kill_wait: float,
+    ) -> None:
+        now = time.time()
+        self.version = 1
+        self.job_id = job_id
+        self.user_name, self.uid, self.gid = user_name, uid, gid
+        self.hostname = hostname
+        self.layout = layout
+        self.no_rm_tmpdir = no_rm_tmpdir
+        self.state = state
+        self.created = self.updated = now
+        self.trees: list[TreeRecord] = []
+        self.pins = Pins()
+        self.kill_wait = kill_wait
+        self.arc: dict[str, object] | None = None
+        self.teardown_failures = 0
+        self.errors: list[str] = []
+        self.history: list[dict[str, object]] = [{"state": state, "at": now}]
+        self.options: dict[str, object] | None = None
+        self.ran: bool | None = False  # None: an old record; the state decides
+        self.capacities: dict[str, int | None] | dict[str, object] = dict(NO_CAPACITIES)
+        self.staging: dict[str, object] | None = None
+
+    @classmethod
+    def from_dict(cls, d: object, where: str = "job record", checked: bool = False) -> Record:
+        if not checked:
+            from jobns.launcher.system.validate import first_error
+            from jobns.schemas.generated import SCHEMAS
+
+            problem = first_error(d, SCHEMAS["job-state.schema.json"])
+            if problem is not None:
+                raise JobnsError(f"read {where}: {problem}")
+        assert isinstance(d, dict)
+        user = d["user"]
+        assert isinstance(user, dict)
+        r = cls(
+            str(d["job_id"]),
+            str(user["name"]),
+            int(user["uid"]),
+            int(user["gid"]),
+            str(d["hostname"]),
+            str(d["layout"]),
+            bool(d["no_rm_tmpdir"]),
+            str(d["state"]),
+            float(d["kill_wait"]),
+        )
+        r.version = int(d["version"])
+        r.created, r.updated = float(d["created"]), float(d["updated"])
+        r.trees = [TreeRecord.from_dict(t) for t in d["trees"]]
+        r.pins = Pins.from_dict(d["pins"])
+        r.arc = d.get("arc")
+        r.teardown_failures = int(d["teardown_failures"])
+        r.errors = [str(e) for e in d.get("errors", [])]
+        r.history = list(d["history"])
+        r.options = d.get("options")
+        ran = d.get("ran")
+        r.ran = ran if isinstance(ran, bool) else None
+        caps = d.get("capacities")
+        r.capacities = caps if isinstance(caps, dict) else dict(NO_CAPACITIES)
+        r.staging = d.get("staging")
+        return r
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "version": self.version,
+            "job_id": self.job_id,
+            "user": {"name": self.user_name, "uid": self.uid, "gid": self.gid},
+            "hostname": self.hostname,
+            "layout": self.layout,
+            "no_rm_tmpdir": self.no_rm_tmpdir,
+            "state": self.state,
+            "created": self.created,
+            "updated": self.updated,
+            "trees": [t.to_dict() for t in self.trees],
+            "pins": self.pins.to_dict(),
+            "kill_wait": self.kill_wait,
+            "arc": self.arc,
+            "teardown_failures": self.teardown_failures,
+            "errors": list(self.errors),
+            "history": list(self.history),
+            "capacities": self.capacities,
+            "staging": self.staging,
+        }
+        if self.options is not None:
+            out["options"] = self.options
+        if self.ran is not None:
+            out["ran"] = self.ran
+        return out
+
+    def copy(self) -> Record:
+        import copy
+
+        return Record.from_dict(copy.deepcopy(self.to_dict()), checked=True)
+
+    def set_state(self, new: str) -> None:
+        assert new in state_mod.STATES, new
+        now = time.time()
+        self.state = new
+        self.updated = now
+        self.history.append({"state": new, "at": now})
+
+    def has_run(self, default: bool) -> bool:
+        """Did the job reach `running`? (old records without the field: `default`)"""
+        return default if self.ran is None else self.ran
+
+    def scratch_record(self) -> dict[str, object] | None:
+        """The staging scratch tree's record, if the job has one."""
+        tree = self.staging.get("scratch_tree") if isinstance(self.staging, dict) else None
+        return tree if isinstance(tree, dict) else None
+
+
+def options_of(
+    job: Job, caps: Capacities | None = None, staging: Staging | None = None
+) -> dict[str, object]:
+    """What must match for a repeated setup to be the same setup."""
+    return {
+        "user": job.user.uid,
+        "layout": job.layout,
+        "no_rm_tmpdir": job.no_rm,
+        "capacities": caps.record() if caps is not None else dict(NO_CAPACITIES),
+        "session_dir": staging.session_dir if staging is not None else None,
+    }
+
+
+def new_record(
+    job: Job,
+    plan: Plan | None,
+    kill_wait: float,
+    config: Config,
+    caps: Capacities | None = None,
+    staging: Staging | None = None,
+    state: str = "pending",
+) -> Record:
+    """A fresh record; plan None for a refused job (it has no trees)."""
+    r = Record(
+        job.job_id,
+        job.user.name,
+        job.user.uid,
+        job.user.gid,
+        job.hostname,
+        job.layout,
+        job.no_rm,
+        state,
+        kill_wait,
+    )
+    if plan is not None:
+        r.trees = []
+        for t in plan.trees:
+            size = _capacity(t, caps)
+            r.trees.append(TreeRecord(t, size, backing=choose_backing(config, t, size)))
+    arc = config.raw.get("arc")
+    r.arc = arc if isinstance(arc, dict) else None
+    r.options = options_of(job, caps, staging)
+    if caps is not None:
+        r.capacities = caps.record()
+    r.staging = staging.record() if staging is not None else None
+    return r
+
+
+def _capacity(tree: Tree, caps: Capacities | None) -> int | None:
+    """The size enforced on a tree: its capacity, or an extra directory's sized backing."""
+    if tree.extra is not None:
+        return tree.extra.size if tree.extra.backing != "directory" else None
+    return caps.for_tree(tree.role) if caps is not None else None
+
+
+def choose_backing(config: Config, tree: Tree, size: int | None) -> str:
+    """The backing of a tree (launcher/backing/kinds.py), decided once, at setup: an extra
+    directory's is its [[dirs]] entry's; a /tmp capacity's the node's [capacity]
+    tmp_backing; /dev/shm's a tmpfs; a tree without a size a plain directory."""
+    if tree.extra is not None:
+        return tree.extra.backing
+    if size is None:
+        return "directory"
+    if tree.role == "local":
+        from jobns.launcher.model.capacity import tmp_backing
+
+        return tmp_backing(config)
+    return "tmpfs"
+
+
+def recorded_backing(d: Mapping[str, object]) -> str:
+    """A recorded tree's backing. Records of earlier versions name it only for an extra
+    directory: there a disk image was the only disk, a capacity the only tmpfs."""
+    name = d.get("backing")
+    if isinstance(name, str):
+        return name
+    if isinstance(d.get("image"), str):
+        return "disk"
+    return "tmpfs" if isinstance(d.get("capacity"), int) else "directory"
+
+
+def user_of(record: Record) -> User:
+    """The record's user, looked up again for the groups (else only its ids)."""
+    from jobns.launcher.model.job import User, lookup_user
+
+    try:
+        return lookup_user(str(record.uid))
+    except JobnsError:
+        return User(record.user_name, record.uid, record.gid, (record.gid,), "/")
+
+
+def job_of(record: Record, user: User | None = None) -> Job:
+    """The job a record describes (its user looked up again, unless given)."""
+    from jobns.launcher.model.job import Job
+
+    return Job(
+        record.job_id, user or user_of(record), record.hostname, record.layout, record.no_rm_tmpdir
+    )
+
+
+def plan_of(config: Config, record: Record, job: Job) -> Plan:
+    """The job's plan with the recorded trees; the binds of its extra directories come
+    from the record too (the [[dirs]] of today's config may differ from setup's)."""
+    plan = build(config, job, dirs=False)
+    plan.trees = [t.tree for t in record.trees]
+    plan.binds += [
+        Bind(i, "", t.tree.extra.target, t.tree.extra.options)
+        for i, t in enumerate(record.trees)
+        if t.tree.extra is not None
+    ]
+    return plan
+
+
+def host_dirs(record: Record) -> dict[str, str]:
+    """Where the job's /tmp, /var/tmp and /dev/shm are on the host."""
+    out: dict[str, str] = {}
+    for t in record.trees:
+        tree = t.tree
+        if tree.extra is not None:
+            out[tree.extra.target] = tree.path
+        elif tree.role == "shm":
+            out["/dev/shm"] = tree.path
+        else:
+            out.update({target: f"{tree.path}/{child}" for child, target in TMP_TARGETS})
+    return out
+
+
+def user_ids(record: Record) -> tuple[int, int, list[int]]:
+    from jobns.launcher.model.job import user_ids as ids
+
+    return ids(record.uid, record.gid)
+
+
+def run_env_values(record: Record, config: Config) -> dict[str, str]:
+    values = {
+        "job_id": record.job_id,
+        "uid": str(record.uid),
+        "gid": str(record.gid),
+        "user": record.user_name,
+        "layout": record.layout,
+        "user_pin": record.pins.user or "",
+        "mnt_pin": str(record.pins.mnt),
+        **({"pid_pin": record.pins.pid} if record.pins.pid else {}),
+        "kill_wait": repr(record.kill_wait),
+    }
+    # The job environment as setup saw the config: later runs use exactly this.
+    arc = config.arc
+    if arc is not None:
+        scratchdir = arc.scratchdir
+        staging = record.staging
+        if isinstance(staging, dict) and staging.get("runtime_scratchdir"):
+            # Dynamic scratch: ARC's wrapper appends <arc-job-id> to this (ARC's ENV/LRMS-SCRATCH).
+            scratchdir = str(staging["runtime_scratchdir"])
+        values.update(
+            {
+                "arc.shared_filesystem": "1" if arc.shared_filesystem else "",
+                "arc.scratchdir": scratchdir,
+                "arc.movetool": arc.movetool,
+                "arc.shared_scratch": arc.shared_scratch,
+            }
+        )
+    return values
+
+
+def load(state_dir: str, job_id: str) -> Record | None:
+    """A job's record on this node, or None; JobnsError if it is damaged."""
+    doc = state_mod.read_record(state_dir, job_id)
+    if doc is None:
+        return None
+    return Record.from_dict(
+        doc, f"{state_mod.job_dir(state_dir, job_id)}/{state_mod.STATE}", checked=True
+    )
+
+
+def save(state_dir: str, record: Record) -> None:
+    state_mod.write_record(state_dir, record.job_id, record.to_dict(), record.uid)
+
+
+def enter(state_dir: str, record: Record, new: str) -> None:
+    """Move the job to a new state and persist it before any of that state's work."""
+    record.set_state(new)
+    save(state_dir, record)
+    from jobns.launcher.system.log import log
+
+    log(f"state {new}", record.job_id, record.user_name)
+    state_mod.pause_point(new)

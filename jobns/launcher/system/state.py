@@ -1,0 +1,484 @@
+"""Per-job state on this node, kept in the root-only state directory (default /run/jobns).
+
+  <state_dir>/                 root 0711, a private bind mount of itself (see ensure_state_dir)
+  <state_dir>/jobs/            root 0755 (job ids are no secret: `jobns status` lists them)
+  <state_dir>/jobs/<id>.lock   root 0600: setup / teardown / gc of one job take it exclusively
+  <state_dir>/jobs/<id>/       root 0700, ACL: the job user may search (x), nobody else
+      state.json               root 0600, ACL: the job user may read; the job record
+                               (jobns/schemas/job-state.schema.json), for humans/tools
+      run.env                  root 0600, ACL: the job user may read; the few values
+                               `jobns run` needs to join, as KEY=VALUE lines (the
+                               task-launch path reads this, never JSON)
+      ns/                      root 0700, ACL: the job user may search
+      ns/user, ns/mnt          pins: /proc/PID/ns/* bind-mounted onto empty files
+
+Job state is private (SECURITY.md, rule 5): another user who could open a job's pin
+could keep its namespace (and its capacity tmpfs) alive after teardown, or read its
+record. A POSIX ACL names exactly the job's user; the group and other bits stay empty.
+
+Every write is atomic (temporary file, then rename), so a crash leaves the old
+record or the new one, never half of one; on a state_dir that outlives a reboot (not
+tmpfs) the file is also fsynced before the rename (survives_reboot says why only there).
+
+While the job is not running (set up, or ending) run.env says so (``closed=<state>``)
+and no task may join: a task must neither see a half-staged job nor write into scratch
+while its outputs are staged out.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+
+from jobns.launcher.system import libc
+from jobns.launcher.system.errors import JobnsError, describe_oserror
+
+JOBS = "jobs"
+RUN_ENV = "run.env"
+STATE = "state.json"
+RUN_ENV_VERSION = "1"
+
+
+FULL = "the file system of state_dir is full: free space on it (df -h and df -i show it)"
+
+
+def job_dir(state_dir: str, job_id: str) -> str:
+    return f"{state_dir}/{JOBS}/{job_id}"
+
+
+def state_error(op: str, path: str, err: OSError) -> JobnsError:
+    """A failure to write under state_dir: the node's fault (exit 125), said plainly; a
+    full file system (blocks or inodes, or a quota) is named as such with its fix."""
+    message = describe_oserror(op, path, err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        message += f"; {FULL}"
+    return JobnsError(message)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until all of data is written: on a file system that fills up, write(2)
+    returns a short count first and ENOSPC only on the next call."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def touch(path: str, what: str) -> None:
+    """Create an empty root-only file (a marker) under state_dir, or say why not."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except OSError as e:
+        raise state_error(f"create {what}", path, e) from None
+
+
+def _is_mount_root(path: str) -> bool:
+    """Is path the root of a mount? Its mount id differs from its parent's ("..", which
+    leaves a mount root for the mount beneath): two fdinfo reads, not a parse of every
+    mount of the node on each prolog."""
+    from jobns.launcher.system.mountinfo import mount_id
+
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        parent = os.open("..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            return mount_id(fd) != mount_id(parent)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(fd)
+
+
+def ensure_state_dir(state_dir: str) -> None:
+    """Create the state directory and make it a private mount of its own.
+
+    Pins are bind mounts of namespace files. In a shared mount they would
+    propagate into the very namespaces they pin (the kernel refuses that), so,
+    like Slurm's job_container BasePath, the directory is bound onto itself and
+    made private once per boot.
+    """
+    try:
+        os.makedirs(f"{state_dir}/{JOBS}", mode=0o711, exist_ok=True)
+    except OSError as e:
+        raise state_error("create state directory", state_dir, e) from None
+    for path in (state_dir, f"{state_dir}/{JOBS}"):
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise JobnsError(
+                f"refuse state directory {path}: it must be a directory owned by "
+                "root and writable only by root; fix it or set state_dir"
+            )
+    # Job ids may be listed (as squeue lists them), so `jobns status` shows a user her own
+    # jobs; what is in a job's directory stays private to root and its user.
+    os.chmod(f"{state_dir}/{JOBS}", 0o755)  # noqa: S103 -- deliberate, see above
+    if not _is_mount_root(state_dir):
+        try:
+            libc.mount(state_dir, state_dir, None, libc.MS_BIND)
+            libc.mount(None, state_dir, None, libc.MS_PRIVATE)
+        except OSError as e:
+            raise JobnsError(f"make {state_dir} a private mount: {e.strerror}") from None
+
+
+class JobLock:
+    """Exclusive flock on <state_dir>/jobs/<id>.lock (root only)."""
+
+    def __init__(self, state_dir: str, job_id: str, blocking: bool = True) -> None:
+        self.path = f"{state_dir}/{JOBS}/{job_id}.lock"
+        self.blocking = blocking
+        self.fd = -1
+
+    def __enter__(self) -> JobLock:
+        while True:
+            try:
+                fd = os.open(
+                    self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                    raise  # no state directory yet: the caller knows what that means
+                raise state_error("create job lock", self.path, e) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                raise JobnsError(f"job lock {self.path} is held by another jobns") from None
+            # Whoever held it before may have removed the file: lock the current one.
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    self.fd = fd
+                    return self
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def release_and_remove(self) -> None:
+        """Remove the lock file while still holding it (the job is gone)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+# POSIX ACL as the kernel stores it in system.posix_acl_access (<linux/posix_acl_xattr.h>):
+# a version word, then (tag u16, perm u16, id u32) entries sorted by tag.
+_ACL_VERSION = 2
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_MASK, _ACL_OTHER = 1, 2, 4, 0x10, 0x20
+_NO_ID = 0xFFFFFFFF
+
+
+def grant(fd: int, path: str, owner_perms: int, uid: int | None, perms: int) -> None:
+    """Give exactly one user (besides root) `perms` (rwx bits 4/2/1) on the file open at
+    fd; group and others get nothing. uid None or 0: only the owner's mode bits."""
+    if not uid:
+        os.fchmod(fd, owner_perms << 6)
+        return
+    entries = (
+        (_ACL_USER_OBJ, owner_perms, _NO_ID),
+        (_ACL_USER, perms, uid),
+        (_ACL_GROUP_OBJ, 0, _NO_ID),
+        (_ACL_MASK, perms, _NO_ID),
+        (_ACL_OTHER, 0, _NO_ID),
+    )
+    # struct.pack("<I") and ("<HHI") by hand: the prolog need not import struct for this.
+    data = _ACL_VERSION.to_bytes(4, "little") + b"".join(
+        tag.to_bytes(2, "little") + perm.to_bytes(2, "little") + ident.to_bytes(4, "little")
+        for tag, perm, ident in entries
+    )
+    try:
+        os.setxattr(fd, "system.posix_acl_access", data)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # an ACL can need a block of its own
+            raise state_error(f"give uid {uid} access to", path, e) from None
+        raise JobnsError(
+            f"give uid {uid} access to {path}: {e.strerror}; state_dir must be "
+            "on a file system with POSIX ACLs (tmpfs, ext4, xfs)"
+        ) from None
+
+
+def private_dir(path: str, uid: int | None) -> bool:
+    """mkdir-or-check a root-only directory the job user (uid) may only search; True if
+    this call made it."""
+    try:
+        os.mkdir(path, 0o700)
+        made = True
+    except FileExistsError:
+        made = False
+    except OSError as e:
+        raise state_error("create directory", path, e) from None
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != 0:
+            raise JobnsError(f"refuse {path}: not owned by root; remove it")
+        grant(fd, path, 7, uid, 1)
+    finally:
+        os.close(fd)
+    return made
+
+
+def write_atomic(
+    path: str, data: bytes, reader: int | None = None, what: str = "", durable: bool = True
+) -> None:
+    """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it.
+    Whatever fails, the temporary file is gone again (a full state_dir gets no litter)
+    and the error names the file; `what` says what it is (e.g. "job record").
+    durable=False: no fsync even where the file would outlive a reboot (a file that
+    means nothing after one, such as run.env: see survives_reboot)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    op = f"write {what}".rstrip()
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+    except OSError as e:
+        raise state_error(op, path, e) from None
+    try:
+        try:
+            write_all(fd, data)
+            grant(fd, path, 6, reader, 4)
+            if durable and survives_reboot(fd):
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException as e:
+        _unlink_quietly(tmp)
+        if isinstance(e, OSError):
+            raise state_error(op, path, e) from None
+        raise
+
+
+_SURVIVES: dict[int, bool] = {}  # st_dev -> does a write there outlive the node's uptime?
+
+
+def survives_reboot(fd: int) -> bool:
+    """Is the file at fd on a file system that keeps its content over a reboot (not
+    tmpfs or ramfs, as the default state_dir under /run is on a systemd node)?
+
+    Only there does write_atomic fsync. Its rename alone keeps a record whole (the old
+    one or the new one) whenever jobns dies, since what was written is in the page
+    cache; an fsync adds durability only against a crash of the whole node, after which
+    a tmpfs holds nothing anyway. (On tmpfs an fsync costs next to nothing; where /run
+    is a disk, as on these VMs or in a container, each costs a journal commit, ~2 ms,
+    and the job record keeps it: recover reads it after a reboot. run.env never does.)"""
+    dev = os.fstat(fd).st_dev
+    known = _SURVIVES.get(dev)
+    if known is None:
+        known = libc.fs_type(fd) not in (libc.TMPFS_MAGIC, libc.RAMFS_MAGIC)
+        _SURVIVES[dev] = known
+    return known
+
+
+def read_record(state_dir: str, job_id: str) -> dict[str, object] | None:
+    from jobns.launcher.system.jsonfast import loads
+
+    try:
+        with open(f"{job_dir(state_dir, job_id)}/{STATE}", "rb") as f:
+            doc = loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise JobnsError(
+            f"read job state {job_dir(state_dir, job_id)}/{STATE}: {e}; "
+            "`jobns teardown --force` removes a broken record"
+        ) from None
+    from jobns.launcher.system.validate import first_error
+    from jobns.schemas.generated import SCHEMAS
+
+    problem = first_error(doc, SCHEMAS["job-state.schema.json"])
+    if problem is not None:
+        raise JobnsError(f"read job state {job_dir(state_dir, job_id)}/{STATE}: {problem}")
+    assert isinstance(doc, dict)
+    return doc
+
+
+def write_record(state_dir: str, job_id: str, doc: dict[str, object], uid: int | None) -> None:
+    """Write a job's record document (launcher.model.record.save) where only root and the job's
+    user (uid) can read it."""
+    from jobns.launcher.system.jsonfast import dumps
+    from jobns.launcher.system.validate import first_error
+    from jobns.schemas.generated import SCHEMAS
+
+    problem = first_error(doc, SCHEMAS["job-state.schema.json"])
+    if problem is not None:  # a bug in jobns, not bad input: say so loudly
+        raise JobnsError(f"internal error: job state for {job_id} violates its schema: {problem}")
+    d = job_dir(state_dir, job_id)
+    made = private_dir(d, uid)
+    try:
+        write_atomic(f"{d}/{STATE}", dumps(doc).encode() + b"\n", uid, "job record")
+    except BaseException:
+        if made:  # the job's first record: leave no empty directory behind either
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        raise
+
+
+MAX_REASON = 2000
+REFUSED = "refused"  # setup found a user-caused problem: the job is failed, not the node
+STATES = (
+    "pending",
+    "staging-in",
+    "staged-in",
+    "pre-run",
+    "running",
+    "post-run",
+    "staging-out",
+    "teardown",
+    "teardown-fail",
+    "complete",
+    REFUSED,
+)
+PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
+
+
+def pause_point(point: str) -> None:
+    """Test hook (docs/development.md "Test hooks"): with JOBNS_TEST_PAUSE_IN=<point> jobns stops
+    itself (SIGSTOP) there, so a test can SIGKILL it in exactly that state."""
+    if os.environ.get(PAUSE_VAR) == point:
+        from jobns.launcher.system.fastimport import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def close_run_env(state_dir: str, job_id: str, why: str, uid: int | None, reason: str = "") -> None:
+    """No task may join the job from now on (see the module docstring); `reason` says
+    why a refused job was refused (every task then fails with it)."""
+    values = {"closed": why}
+    if reason:
+        # One line of bounded size, whatever the user's directive said.
+        values["reason"] = " ".join(reason.split())[:MAX_REASON]
+    write_run_env(state_dir, job_id, values, uid)
+
+
+def write_run_env(state_dir: str, job_id: str, values: dict[str, str], uid: int | None) -> None:
+    for k, v in values.items():
+        if "\n" in k or "=" in k or "\n" in v:
+            raise JobnsError(f"internal error: run.env value {k!r} has a newline or '='")
+    body = "".join(f"{k}={v}\n" for k, v in {"version": RUN_ENV_VERSION, **values}.items())
+    # Not durable: after a reboot the pins it names are gone (no task can join through
+    # it), and setup, recover and gc read the job record, never run.env.
+    write_atomic(
+        f"{job_dir(state_dir, job_id)}/{RUN_ENV}", body.encode(), uid, "join record", False
+    )
+
+
+def read_run_env(state_dir: str, job_id: str) -> dict[str, str] | None:
+    """The join record of a set-up job, or None. Hot path: no json, one open."""
+    path = f"{job_dir(state_dir, job_id)}/{RUN_ENV}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if os.path.exists(f"{job_dir(state_dir, job_id)}/{STATE}"):
+                # Recorded, but never opened (run.env is written right after the first
+                # record): a setup under way, or one that failed (a full state_dir). Not
+                # a job nobody set up: no task may make trees of its own for it.
+                raise JobnsError(
+                    f"join job {job_id}: it is recorded on this node but was never "
+                    f"opened to tasks ({path} is missing): its setup is under way or "
+                    "failed (see the prolog log)"
+                ) from None
+            return None
+        if e.errno == errno.EACCES:
+            raise JobnsError(
+                f"join job {job_id}: it belongs to another user (a job's state "
+                f"under {state_dir} is private to its owner)"
+            ) from None
+        raise JobnsError(f"read {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        # Trust only what root wrote: a user-writable state_dir must not steer a task.
+        # (The group bits show the ACL mask: read-only for the job's user.)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise JobnsError(
+                f"refuse {path}: not owned by root or writable by others; "
+                "check state_dir in the config"
+            )
+        data = os.read(fd, 1 << 20).decode()
+    finally:
+        os.close(fd)
+    values = dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
+    if values.get("version") != RUN_ENV_VERSION:
+        raise JobnsError(
+            f"read {path}: unknown version {values.get('version')!r}; was the job "
+            "set up by another jobns version? (jobns teardown, then setup)"
+        )
+    closed = values.get("closed")
+    if closed == REFUSED:
+        raise JobnsError(
+            f"job {job_id} was refused by jobns setup on this node: "
+            f"{values.get('reason') or 'see the prolog log'}"
+        )
+    if closed is not None:
+        when = (
+            "is ending"
+            if closed in ("post-run", "staging-out", "teardown")
+            else "is still being set up"
+        )
+        raise JobnsError(
+            f"join job {job_id}: it {when} on this node (state {closed}); no "
+            "task may join it now (see jobns status)"
+        )
+    return values
+
+
+def pin_paths(state_dir: str, job_id: str) -> tuple[str, str]:
+    """(user pin, mount pin) of a job (launcher.mountns.pins makes them)."""
+    d = f"{job_dir(state_dir, job_id)}/ns"
+    return f"{d}/user", f"{d}/mnt"
+
+
+def pid_pin_path(state_dir: str, job_id: str) -> str:
+    """The pin of a job's PID namespace ([namespace] pid)."""
+    return f"{job_dir(state_dir, job_id)}/ns/pid"
+
+
+def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
+    from jobns.launcher.system import removal
+
+    # Pins the record may not name: a setup that could not record them (a full
+    # state_dir) or was killed between pinning and recording. No task ever joined such a
+    # job (run.env was not open yet), and the directory holds only root's own pins.
+    every = (*pin_paths(state_dir, job_id), pid_pin_path(state_dir, job_id))
+    for path in every * 3:  # a retried pre-run may stack them
+        try:
+            libc.umount2(path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
+        except OSError:
+            pass  # not mounted (the usual case): removal below says if anything is left
+
+    base = os.open(f"{state_dir}/{JOBS}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return removal.remove_entry(base, job_id, job_dir(state_dir, job_id))
+    finally:
+        os.close(base)
+
+
+def is_set_up(state_dir: str, job_id: str) -> bool:
+    """A record exists: a setup owns (or is making) the job's trees on this node."""
+    return os.path.exists(f"{job_dir(state_dir, job_id)}/{STATE}")
+
+
+def list_jobs(state_dir: str) -> list[str]:
+    try:
+        names = os.listdir(f"{state_dir}/{JOBS}")
+    except FileNotFoundError:
+        return []
+    except PermissionError:
+        raise JobnsError(
+            f"list the jobs under {state_dir}: permission denied (job state is "
+            "private: run this as root)"
+        ) from None
+    return sorted(n for n in names if not n.endswith(".lock") and ".tmp-" not in n)
