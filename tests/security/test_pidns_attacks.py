@@ -3,7 +3,7 @@ in the enforced mode without a PID namespace).
 
 Both jobs are alice's, so file permissions and ptrace rules let a task of job A open
 /proc/PID/root of a task of job B: that is B's root directory in B's mount namespace,
-where B's /tmp is B's own. The mount covers (launcher.namespace.cover_bases) hide B's
+where B's /tmp is B's own. The mount covers (launcher.mountns.namespace.cover_bases) hide B's
 trees from A's mount namespace, but not B's processes. With `[namespace] pid = true`,
 A's /proc is the procfs of A's own PID namespace: no pid of B can be named there."""
 

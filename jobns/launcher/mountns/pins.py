@@ -237,7 +237,7 @@ def start_init(job_id: str) -> int:
     /usr/bin/sleep with SIGCHLD ignored: a disposition exec keeps, with which the kernel
     reaps every orphan re-parented to it, so no code of ours (no Python, a few hundred KB)
     stays for the job's life. It leaves the prolog's session (slurmd kills the prolog's
-    process group when the prolog exits) and holds no fd (launcher.fork). Signals from
+    process group when the prolog exits) and holds no fd (launcher.system.fork). Signals from
     inside the namespace cannot reach a PID 1 without handlers; when teardown SIGKILLs it
     from the host, the kernel kills every process of the namespace."""
     from jobns.launcher.system import sysprog
