@@ -1,4 +1,5 @@
-"""[namespace] pid: an enforced job's PID namespace (launcher.mountns.pins start_init, launcher.commands.run run_joined).
+"""[namespace] pid: an enforced job's PID namespace (launcher.mountns.pins start_init,
+launcher.commands.run run_joined).
 
 Real namespaces: root sets the job up (the prolog) and starts its tasks with `jobns run`
 (as slurmstepd would, with the SPANK plugin's join done by jobns run as root); each task
