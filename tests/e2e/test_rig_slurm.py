@@ -26,7 +26,7 @@ import pytest
 
 from containers.images import JOBNS, Release, spank_plugin
 from containers.privileges import ROOTLESS_RUNC
-from containers.rig import Node, Rig
+from containers.rig import CONFIG_PATH, Node, Rig
 from containers.slurm import CI_SLURM, FINAL, WORK, SlurmCluster, render_conf
 
 pytestmark = pytest.mark.docker
@@ -613,6 +613,45 @@ def test_enforced_two_node_job_every_process_in_each_nodes_namespace(
             assert set(files.stdout.split()) == want, (host, files.stdout)
     finally:
         enforced.controller.exec(["rm", "-rf", "--one-file-system", top])
+
+
+PID_JOB = """\
+#!/bin/sh
+#SBATCH -N2
+echo batch $(hostname) $(readlink /proc/self/ns/pid) $(tr '\\0' _ < /proc/1/cmdline) \
+$(ls -d /proc/[0-9]* | wc -l)
+srun -N2 sh -c 'echo step $(hostname) $(readlink /proc/self/ns/pid) \
+$(tr "\\0" _ < /proc/1/cmdline) $(ls -d /proc/[0-9]* | wc -l)'
+srun -N1 sh -c 'exit 3'; echo exit $?
+"""
+
+
+def test_enforced_pid_namespace_per_job(enforced: SlurmCluster) -> None:
+    """[namespace] pid = true (issue 24): the SPANK plugin joins the job's PID namespace in
+    slurmstepd before it forks the tasks, so the batch script and every step's task on a
+    node are in that node's PID namespace of the job, whose PID 1 is jobns-init, and
+    /proc lists only the job's processes; the epilog leaves nothing."""
+    nodes = enforced.computes
+    for n in nodes:
+        n.sh(f"printf '[namespace]\\npid = true\\n' >> {CONFIG_PATH}").check("set pid")
+    try:
+        job_id = enforced.sbatch(ALICE, PID_JOB)
+        out = enforced.output(job_id)
+        seen = [ln.replace("^@", "").split() for ln in out.splitlines()]
+        rows = {(w[0], w[1]): w[2:] for w in seen if len(w) == 5}
+        first = next(h for (kind, h) in rows if kind == "batch")
+        for host in COMPUTES:
+            step = rows[("step", host)]
+            node_ns = enforced.rig.node(host).exec(["readlink", "/proc/self/ns/pid"]).stdout
+            assert step[0] != node_ns.strip() and step[1] == "jobns-init_infinity_", out
+            assert int(step[2]) < 12, out  # the init, the step's few processes: not the node's
+            if host == first:
+                assert rows[("batch", host)][:2] == step[:2], out  # one namespace per node
+        assert ["exit", "3"] in seen, out  # the task's exit code, through the plugin's fork
+        assert_no_trace(enforced, job_id)
+    finally:
+        for n in nodes:
+            n.sh(f"sed -i '/^\\[namespace\\]/,$d' {CONFIG_PATH}").check("unset pid")
 
 
 def test_enforced_refused_job_fails_on_both_nodes_and_they_stay_idle(

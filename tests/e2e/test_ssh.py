@@ -213,3 +213,26 @@ def test_doctor_checks_the_ssh_stack_and_namespace_plugins(cluster: SshCluster) 
         assert r.exit_code == 125
     finally:
         cluster.host("cp /var/tmp/sshd.pam /etc/pam.d/sshd").check("restore /etc/pam.d/sshd")
+
+
+def test_an_ssh_session_joins_the_jobs_pid_namespace(cluster: SshCluster) -> None:
+    """[namespace] pid = true (issue 24): pam_jobns joins the job's PID namespace after its
+    mount namespace, so the session sheds its view of the node's processes like a step."""
+    from containers.rig import CONFIG_PATH
+
+    show = "readlink /proc/self/ns/pid; tr '\\0' _ < /proc/1/cmdline; echo"
+    cluster.host(f"printf '[namespace]\\npid = true\\n' >> {CONFIG_PATH}")
+    try:
+        job = cluster.allocate(LONE)
+        try:
+            step = cluster.step(LONE, job, show)
+            r = cluster.ssh(LONE, show)
+            assert r.exit_code == 0 and step.exit_code == 0, (r, step)
+            assert r.stdout.split()[-1] == "jobns-init_infinity_", r
+            assert r.stdout.split()[-2:] == step.stdout.split()[-2:], (r, step)
+            node = cluster.host("readlink /proc/self/ns/pid").stdout.strip()
+            assert r.stdout.split()[-2] != node, r
+        finally:
+            cluster.end(job)
+    finally:
+        cluster.host(f"sed -i '/^\\[namespace\\]/,$d' {CONFIG_PATH}")

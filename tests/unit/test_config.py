@@ -58,3 +58,14 @@ def test_bad_files_name_the_key(text: str, needle: str) -> None:
 def test_missing_explicit_file() -> None:
     with pytest.raises(JobnsError, match="no such file"):
         load("/nonexistent/jobns.toml", {})
+
+
+def test_namespace_pid() -> None:
+    """[namespace] pid: off by default, a boolean, nothing else in the section."""
+    from jobns.launcher.model.config import Config, check
+
+    assert not Config(parse("", "x"), "x").pid_ns
+    assert Config(parse("[namespace]\npid = true\n", "x"), "x").pid_ns
+    for bad in ('[namespace]\npid = "yes"\n', "[namespace]\nuser = true\n"):
+        with pytest.raises(JobnsError, match="namespace"):
+            check(parse(bad, "x"), "x")

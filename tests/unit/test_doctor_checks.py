@@ -163,3 +163,22 @@ def test_enforcement_problems_for_status(tmp_path: Path) -> None:
     stack.write_text(f"optional {so}\n")
     assert any("'optional'" in p for p in doctor.enforcement_problems(str(conf)))
     assert doctor.enforcement_problems(str(tmp_path / "none.conf")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("", None),
+        ("[namespace]\npid = false\n", None),
+        ("[namespace]\npid = true\n", doctor.PROBLEM),
+        ("[slurm]\nenforce = true\n[namespace]\npid = true\n", doctor.OK),
+    ],
+)
+def test_a_pid_namespace_needs_enforce(text: str, kind: str | None) -> None:
+    """[namespace] pid is honoured only with [slurm] enforce; doctor says which."""
+    from jobns.launcher.model.config import Config, parse
+
+    found = doctor.pid_namespace(Config(parse(text, "jobns.toml"), "jobns.toml"))
+    assert [k for k, _ in found] == ([kind] if kind else [])
+    if kind == doctor.PROBLEM:
+        assert "ignored" in found[0][1] and "enforce" in found[0][1]

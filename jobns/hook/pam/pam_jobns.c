@@ -83,6 +83,7 @@ struct job {
 	char text[RUN_ENV_MAX + 1]; /* run.env */
 	char why[2400];              /* the one line when not JOIN */
 	int ns_fd;                   /* the pin, open, when JOIN */
+	int pid_fd;                  /* ns/pid ([namespace] pid), open, or -1 */
 	struct stat pin;
 };
 
@@ -234,6 +235,36 @@ static enum verdict check_record(struct job *job, int dir, const char *shown, ui
 	return JOIN;
 }
 
+/* ns/pid of a job with [namespace] pid: a PID namespace owned by the host's user
+ * namespace; none (ENOENT) is a job without one. */
+static enum verdict check_pid_pin(struct job *job, int dir, const char *shown)
+{
+	struct stat owner, mine;
+	struct statfs fs;
+	int ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+	int fd = ns < 0 ? -1 : openat(ns, "pid", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int err = errno, userns, ok;
+
+	if (ns >= 0)
+		close(ns);
+	if (fd < 0)
+		return err == ENOENT ? JOIN : fail(job, DENY, "open %s/ns/pid: %s", shown,
+						     strerror(err));
+	userns = ioctl(fd, NS_GET_USERNS);
+	ok = fstatfs(fd, &fs) == 0 && fs.f_type == NSFS_MAGIC &&
+	     ioctl(fd, NS_GET_NSTYPE) == CLONE_NEWPID && userns >= 0 &&
+	     fstat(userns, &owner) == 0 && stat("/proc/self/ns/user", &mine) == 0 &&
+	     owner.st_dev == mine.st_dev && owner.st_ino == mine.st_ino;
+	if (userns >= 0)
+		close(userns);
+	if (!ok) {
+		close(fd);
+		return fail(job, DENY, "%s/ns/pid is not a pinned PID namespace of root's", shown);
+	}
+	job->pid_fd = fd;
+	return JOIN;
+}
+
 /* ns/mnt of the job: a mount namespace owned by the host's user namespace (root's). */
 static enum verdict check_pin(struct job *job, int dir, const char *shown)
 {
@@ -264,7 +295,7 @@ static enum verdict check_pin(struct job *job, int dir, const char *shown)
 	}
 	close(userns);
 	job->ns_fd = fd;
-	return JOIN;
+	return check_pid_pin(job, dir, shown);
 }
 
 static enum verdict check_job(struct job *job, const struct options *o, uid_t uid)
@@ -377,6 +408,11 @@ static enum verdict join(pam_handle_t *pamh, struct job *job)
 	if (setns(job->ns_fd, CLONE_NEWNS) < 0)
 		return fail(job, DENY, "join job %s's namespace: %s", job->id, strerror(errno));
 	/* setns() moved cwd to the namespace's root; sshd chdirs to the user's home later */
+	/* A PID namespace takes only the children forked after this: the user's session,
+	 * which sshd forks from this process. */
+	if (job->pid_fd >= 0 && setns(job->pid_fd, CLONE_NEWPID) < 0)
+		return fail(job, DENY, "join job %s's PID namespace: %s", job->id,
+			    strerror(errno));
 	return set_environment(pamh, job);
 }
 
@@ -410,6 +446,7 @@ static int run(pam_handle_t *pamh, int argc, const char **argv, int account)
 	if (!(job = calloc(1, sizeof(*job))))
 		return PAM_BUF_ERR;
 	job->ns_fd = -1;
+	job->pid_fd = -1;
 	v = job_of_session(pamh, job, account);
 	if (account) /* the id this check saw ("" for none) is the one the session joins */
 		pam_set_data(pamh, DATA_KEY, strdup(v == JOIN ? job->id : ""), forget);
@@ -419,6 +456,8 @@ static int run(pam_handle_t *pamh, int argc, const char **argv, int account)
 		v = join(pamh, job);
 	if (job->ns_fd >= 0)
 		close(job->ns_fd);
+	if (job->pid_fd >= 0)
+		close(job->pid_fd);
 	if (v == JOIN) {
 		if (!account)
 			pam_syslog(pamh, LOG_INFO, "jobns: session of %s joined job %s", user, job->id);

@@ -6,6 +6,8 @@
  * namespace `jobns setup` (the prolog) pinned for this job and setns() into it. Every
  * decision is the prolog's (Python): which directories, which namespace, which variables
  * a task gets (the `env.NAME=VALUE` lines of run.env), and whether the job was refused.
+ * A job with a PID namespace of its own ([namespace] pid) is joined too, by a fork
+ * (enter_pid_namespace).
  *
  *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns]
  *
@@ -33,9 +35,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <slurm/spank.h>
@@ -149,6 +154,84 @@ static void set_job_environment(spank_t sp, const char *text, const char *shown)
 	}
 }
 
+/* Open <state_dir>/jobs/<job>/ns/pid ([namespace] pid = true in jobns.toml) without
+ * following a link, each directory root's (open_root_owned): -1 with errno ENOENT when
+ * the job has none; anything but a pinned PID namespace of the host's user namespace is
+ * refused. */
+static int open_pid_pin(const char *state_dir, const char *job)
+{
+	char shown[1200];
+	struct stat owner, mine;
+	struct statfs fs;
+	int top, jobs, dir, ns, fd, userns, err, ok;
+
+	snprintf(shown, sizeof(shown), "%s/jobs/%s/ns/pid", state_dir, job);
+	top = open_root_owned(AT_FDCWD, state_dir, 1, shown);
+	jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
+	dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
+	ns = dir < 0 ? -1 : openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+	fd = ns < 0 ? -1 : openat(ns, "pid", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	err = errno;
+	for (int i = 0, fds[] = {ns, dir, jobs, top}; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (fd < 0) {
+		errno = err;
+		return -1;
+	}
+	userns = ioctl(fd, NS_GET_USERNS);
+	ok = fstatfs(fd, &fs) == 0 && fs.f_type == NSFS_MAGIC &&
+	     ioctl(fd, NS_GET_NSTYPE) == CLONE_NEWPID && userns >= 0 &&
+	     fstat(userns, &owner) == 0 && stat("/proc/self/ns/user", &mine) == 0 &&
+	     owner.st_dev == mine.st_dev && owner.st_ino == mine.st_ino;
+	if (!ok)
+		refuse("%s is not a pinned PID namespace of root's", shown);
+	close(userns);
+	return fd;
+}
+
+/* [namespace] pid: setns(CLONE_NEWPID) moves no process, only the children it forks
+ * afterwards, and a process whose children would go to another PID namespace can no
+ * longer create threads (clone(CLONE_THREAD): EINVAL): joining in slurmstepd itself made
+ * the step daemon's I/O threads fail (seen on 26.05). So the task joins, here, at the
+ * very end of the hook, and forks: the child returns, inside the job's PID namespace, and
+ * becomes the task (slurmstepd drops privileges and execs in it); this process, the one
+ * slurmstepd tracks, holds no fd, waits for it and ends as it ended. Signals are not relayed: Slurm
+ * signals a step through its process tracking, which reaches the child too (a relay would
+ * deliver each signal twice). */
+static void enter_pid_namespace(int fd, const char *job)
+{
+	struct rlimit none = {0, 0};
+	int status, sig;
+	pid_t child;
+
+	if (setns(fd, CLONE_NEWPID) < 0)
+		refuse("join job %s's PID namespace: %s", job, strerror(errno));
+	close(fd);
+	child = fork();
+	if (child < 0)
+		refuse("start a task in job %s's PID namespace: %s (its init has ended: the job "
+		       "is ending)", job, strerror(errno));
+	if (child == 0)
+		return;
+	/* Hold nothing of the task's (its output pipes, slurmstepd's own): only the child's
+	 * exit may close them. */
+	close_range(0, ~0U, 0);
+	for (sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
+			signal(sig, SIG_IGN);
+	while (waitpid(child, &status, 0) < 0)
+		if (errno != EINTR)
+			_exit(1);
+	if (WIFEXITED(status))
+		_exit(WEXITSTATUS(status));
+	sig = WTERMSIG(status);
+	setrlimit(RLIMIT_CORE, &none); /* the task dumped its core already, if it did */
+	signal(sig, SIG_DFL);
+	raise(sig);
+	_exit(128 + sig);
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	char job[16], shown[1200], text[RUN_ENV_MAX + 1], cwd[4096], joined[96];
@@ -157,7 +240,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	struct statfs fs;
 	const char *state_dir;
 	uint32_t job_id;
-	int top, jobs, dir, ns, envfd, fd, userns, have_cwd;
+	int top, jobs, dir, ns, envfd, fd, userns, have_cwd, pidns;
 	ssize_t len;
 
 	if (!spank_remote(sp))
@@ -194,6 +277,9 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 			!strcmp(value, "teardown")) ? "ending" : "still being set up", value);
 	}
 	set_job_environment(sp, text, shown);
+	pidns = open_pid_pin(state_dir, job);
+	if (pidns < 0 && errno != ENOENT)
+		refuse("open %s/ns/pid: %s", shown, strerror(errno));
 
 	ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 	fd = ns < 0 ? -1 : openat(ns, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -232,5 +318,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 		 (uintmax_t)pin.st_ino);
 	if (spank_setenv(sp, JOINED_VAR, joined, 1) != ESPANK_SUCCESS)
 		refuse("set %s in the task's environment", JOINED_VAR);
+	if (pidns >= 0)
+		enter_pid_namespace(pidns, job);
 	return 0;
 }

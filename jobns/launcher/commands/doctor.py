@@ -507,6 +507,22 @@ def disk_programs(config: config_mod.Config) -> list[Finding]:
         return [(PROBLEM, f"{name} (for {', '.join(users)}): {e.strerror}")]
 
 
+def pid_namespace(config: config_mod.Config) -> list[Finding]:
+    """[namespace] pid: honoured only with [slurm] enforce (launcher.pins), and its init is
+    /usr/bin/sleep, found as root finds every program (a prolog fails without it)."""
+    if not config.pid_ns:
+        return []
+    if not config.enforce:
+        return [(PROBLEM, config_mod.PID_NS_IGNORED)]
+    from jobns.launcher.system import sysprog
+
+    try:
+        sleep = sysprog.find("sleep")
+    except sysprog.NotFound as e:
+        return [(PROBLEM, f"[namespace] pid: the job's init: {e}; fix: install coreutils")]
+    return [(OK, f"[namespace] pid: each job gets a PID namespace (its init: {sleep})")]
+
+
 def programs(config: config_mod.Config) -> list[Finding]:
     """The site's programs: [lifecycle] pre_run/post_run (root runs them: only root may
     replace them; one that cannot run fails every prolog, and the node drains) and
@@ -1125,6 +1141,7 @@ def check(
     found += scratch_base(config)
     found += disk_programs(config)
     found += programs(config)
+    found += pid_namespace(config)
     found += propagation()
     found += slurm(slurm_conf, config.enforce)
     found += scripts_by_name(slurm_conf)

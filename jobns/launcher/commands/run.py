@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -181,7 +182,8 @@ def run_joined(
         cwd = os.getcwd()
     except OSError:
         cwd = "/"
-    me = os.getpid()
+    # In the job's PID namespace the task sees no parent (getppid() is 0: we are outside).
+    me = 0 if values.get("pid_pin") else os.getpid()
 
     def prepare() -> None:
         if net_none:
@@ -204,7 +206,18 @@ def run_joined(
         make_task_dirs(task_dirs)
 
     sup = Supervisor(float(values["kill_wait"]) if kill_wait is None else kill_wait)
-    sup.start(prepare, command, env)
+    pid_pin = values.get("pid_pin")
+    if pid_pin:
+        # [namespace] pid: the task is forked into the job's PID namespace. Only root
+        # gets here with one (an enforced job's tasks are root's to start), and a PID
+        # namespace gives no view of anything: this process stays in the host's.
+        namespace.join_pid(pid_pin, job.job_id)
+    try:
+        sup.start(prepare, command, env)
+    except OSError as e:
+        if pid_pin and e.errno == errno.ENOMEM:
+            raise namespace.pid_namespace_gone(job.job_id) from None
+        raise
     return sup.wait()
 
 

@@ -50,6 +50,7 @@ import sys
 import time
 
 from jobns.launcher.backing import fs, sizelimit
+from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.plan import tree_from_record
 from jobns.launcher.model.record import (
@@ -397,7 +398,11 @@ def pre_run(
     records.enter(state_dir, record, "pre-run")
     for _ in range(3):  # a crashed earlier pre-run's pins (even stacked)
         pins.unpin(record.pins)
-    record.pins = pins.pin(plan, handles, job, state_dir, enforce=config.enforce)
+    if config.pid_ns and not config.enforce:
+        warn(f"setup {job_id}: {config_mod.PID_NS_IGNORED}")
+    record.pins = pins.pin(
+        plan, handles, job, state_dir, enforce=config.enforce, pid_ns=config.pid_ns
+    )
     records.save(state_dir, record)
     failure = _pre_run_program(config, record)
     if failure is not None:
@@ -573,11 +578,13 @@ def teardown_once(
     held = pins.hold(job_pins)
     user = pins.userns_of(job_pins)  # before unpin: nested namespaces are found through it
     userns = user[1] if user is not None else None
+    pid = pins.pidns_of(job_pins)  # likewise its PID namespace, whose init ends last
+    pidns = pid[1] if pid is not None else None
     try:
         errors += pins.unpin(job_pins)
         dev, ino = job_pins.mnt_dev, job_pins.mnt_ino
         if held is not None and dev is not None and ino is not None:
-            errors += pins.terminate_namespace(dev, ino, record.kill_wait, userns)
+            errors += pins.terminate_namespace(dev, ino, record.kill_wait, userns, pidns)
         staging = _staging(record)
         scratch = staging.scratch_tree if staging is not None else None
         keep_scratch = False
@@ -602,9 +609,9 @@ def teardown_once(
             fs.seal(scratch, fs.nothing_ours)
             errors += _remove(scratch, fs.nothing_ours, handover)
         if held is not None and dev is not None and ino is not None:
-            errors += pins.terminate_namespace(dev, ino, 0.0, userns)  # one that joined late
+            errors += pins.terminate_namespace(dev, ino, 0.0, userns, pidns)  # joined late
     finally:
-        for fd in (held, user[0] if user is not None else None):
+        for fd in (held, user[0] if user is not None else None, pid[0] if pid else None):
             if fd is not None:
                 _drop(fd, handover)
         for note in take_detached():

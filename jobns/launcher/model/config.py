@@ -145,6 +145,13 @@ def _section(raw: dict[str, object], name: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+PID_NS_IGNORED = (
+    "[namespace] pid = true is ignored: a PID namespace per job needs [slurm] enforce = "
+    "true (without it the job's namespaces are its user's, and a PID namespace she owns "
+    "hides nothing from her); set enforce with the SPANK plugin, or drop pid"
+)
+
+
 class Config:
     __slots__ = (
         "arc",
@@ -155,6 +162,7 @@ class Config:
         "kill_wait",
         "lifecycle",
         "local_base",
+        "pid_ns",
         "raw",
         "shared_base",
         "shm_base",
@@ -196,6 +204,9 @@ class Config:
         self.enforce = _section(raw, "slurm").get("enforce", False) is True
         # Where Slurm's commands are, if not in root's fixed directories (launcher.system.sysprog).
         self.slurm_bin = str(_section(raw, "slurm").get("bin_dir", ""))
+        # [namespace] pid: a PID namespace per job, only where the namespace is root's
+        # (launcher.pins); without enforce setup warns and doctor says so.
+        self.pid_ns = _section(raw, "namespace").get("pid", False) is True
 
 
 def config_path(flag: str | None, environ: dict[str, str]) -> tuple[str | None, bool]:

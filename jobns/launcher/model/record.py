@@ -82,9 +82,10 @@ class TreeRecord:
 
 
 class Pins:
-    """The pin files of a set-up job and the identity of the mount namespace pinned."""
+    """The pin files of a set-up job and the identity of the mount namespace pinned
+    (pid: the job's PID namespace, with [namespace] pid)."""
 
-    __slots__ = ("mnt", "mnt_dev", "mnt_ino", "user")
+    __slots__ = ("mnt", "mnt_dev", "mnt_ino", "pid", "user")
 
     def __init__(
         self,
@@ -92,11 +93,13 @@ class Pins:
         mnt: str | None = None,
         mnt_dev: int | None = None,
         mnt_ino: int | None = None,
+        pid: str | None = None,
     ) -> None:
         self.user = user
         self.mnt = mnt
         self.mnt_dev = mnt_dev
         self.mnt_ino = mnt_ino
+        self.pid = pid
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> Pins:
@@ -108,7 +111,7 @@ class Pins:
             v = d.get(k)
             return v if isinstance(v, int) else None
 
-        return cls(s("user"), s("mnt"), i("mnt_dev"), i("mnt_ino"))
+        return cls(s("user"), s("mnt"), i("mnt_dev"), i("mnt_ino"), s("pid"))
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -116,6 +119,7 @@ class Pins:
             "mnt": self.mnt,
             "mnt_dev": self.mnt_dev,
             "mnt_ino": self.mnt_ino,
+            **({"pid": self.pid} if self.pid is not None else {}),
         }
 
 
@@ -413,6 +417,7 @@ def run_env_values(record: Record, config: Config) -> dict[str, str]:
         "layout": record.layout,
         "user_pin": record.pins.user or "",
         "mnt_pin": str(record.pins.mnt),
+        **({"pid_pin": record.pins.pid} if record.pins.pid else {}),
         "kill_wait": repr(record.kill_wait),
     }
     # The job environment as setup saw the config: later runs use exactly this.

@@ -402,3 +402,28 @@ def join(user_pin: str | None, mnt_pin: str) -> None:
     finally:
         for fd, _, _ in fds:
             os.close(fd)
+
+
+def join_pid(pin: str, job_id: str) -> None:
+    """Make this process's later children members of job_id's PID namespace (setns of a
+    PID namespace moves only the children forked after it: this process stays where it
+    is, and sees and supervises them by their host pids)."""
+    try:
+        fd = os.open(pin, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            libc.setns(fd, libc.CLONE_NEWPID, pin)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise JobnsError(
+            f"join job {job_id}'s PID namespace {pin}: {e.strerror}; "
+            "is the job set up on this node (jobns status)?"
+        ) from None
+
+
+def pid_namespace_gone(job_id: str) -> JobnsError:
+    """A fork into a PID namespace whose init has exited fails with ENOMEM."""
+    return JobnsError(
+        f"start a task in job {job_id}'s PID namespace: its init has ended, so the job is "
+        "ending (or was killed on this node); no task may start in it now (jobns status)"
+    )

@@ -110,15 +110,23 @@ def outrank(pinner_id: int | None) -> None:
 
 
 def pin(
-    plan: Plan, handles: list[TreeHandle], job: Job, state_dir: str, enforce: bool = False
+    plan: Plan,
+    handles: list[TreeHandle],
+    job: Job,
+    state_dir: str,
+    enforce: bool = False,
+    pid_ns: bool = False,
 ) -> Pins:
     """Create the job's namespace(s) in a holder child and pin them; the pins record.
-    enforce: root's namespace for every job (the SPANK plugin joins it as root)."""
+    enforce: root's namespace for every job (the SPANK plugin joins it as root).
+    pid_ns: a PID namespace too, with its init (start_init); only with enforce."""
     expected = [fs.identity(handles[b.tree], b.child) for b in plan.binds]
     roots = [fs.identity(h, "") for h in handles]
     pinner_id = mntns_id()
     user_pin, mnt_pin = paths(state_dir, job.job_id)
+    pid_pin = state.pid_pin_path(state_dir, job.job_id)
     userns = job.user.uid != 0 and not enforce
+    pid_ns = pid_ns and enforce
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
 
@@ -150,18 +158,22 @@ def pin(
             namespace.unshare(userns=True, net_none=False)
         outrank(pinner_id)  # before the binds, so they are made in the final namespace
         namespace.apply_binds(plan, handles, expected)
-        os.write(ready_w, b"ok")
+        init = start_init(job.job_id) if pid_ns else 0
+        os.write(ready_w, f"ok {init}".encode())
         os.read(done_r, 1)  # hold the namespaces until root has pinned them
 
     holder = spawn(hold, keep=(ready_w, done_r))
     os.close(ready_w)
     os.close(done_r)
+    init = 0
     try:
-        if os.read(ready_r, 2) != b"ok":
+        ready = os.read(ready_r, 32)
+        if not ready.startswith(b"ok "):
             os.close(done_w)
             done_w = -1
             holder.finish("set up the job's namespace")  # raises with the holder's reason
             raise JobnsError("set up namespace: the namespace holder died")
+        init = int(ready[3:])
         pinned = Pins(None, mnt_pin)
         try:
             if userns:
@@ -170,8 +182,16 @@ def pin(
                 pinned.user = user_pin
             _make_pin(mnt_pin, job.user.uid)
             libc.mount(f"/proc/{holder.pid}/ns/mnt", mnt_pin, None, libc.MS_BIND)
+            if init:
+                _make_pin(pid_pin, job.user.uid)
+                # The holder's children's namespace: the one its init is PID 1 of.
+                libc.mount(f"/proc/{holder.pid}/ns/pid_for_children", pid_pin, None, libc.MS_BIND)
+                pinned.pid = pid_pin
         except (OSError, JobnsError) as e:
-            unpin(Pins(pinned.user))  # never leave half a pin behind
+            # Never leave half a pin behind (unpin skips one that is not mounted).
+            unpin(Pins(pinned.user, mnt_pin if init else None, pid=pid_pin if init else None))
+            if init:
+                os.kill(init, signal.SIGKILL)  # unpinned, nobody would end it
             if isinstance(e, JobnsError):
                 raise  # a pin file state_dir could not hold: the message says why
             raise JobnsError(f"pin the job's namespaces under {state_dir}: {e.strerror}") from None
@@ -205,9 +225,49 @@ def drop_other_pins() -> None:
                 pass  # already gone with a mount above it
 
 
+INIT_NAME = "jobns-init"  # what ps shows as PID 1 of a job's PID namespace
+
+
+def start_init(job_id: str) -> int:
+    """In the holder, as root, in the job's finished mount namespace: a new PID
+    namespace and its PID 1 (its host pid returned), before any task can act there.
+
+    The init mounts a fresh /proc for that namespace over /proc (procfs takes the PID
+    namespace of the process that mounts it, so only a process inside can), then becomes
+    /usr/bin/sleep with SIGCHLD ignored: a disposition exec keeps, with which the kernel
+    reaps every orphan re-parented to it, so no code of ours (no Python, a few hundred KB)
+    stays for the job's life. It leaves the prolog's session (slurmd kills the prolog's
+    process group when the prolog exits) and holds no fd (launcher.system.fork). Signals from
+    inside the namespace cannot reach a PID 1 without handlers; when teardown SIGKILLs it
+    from the host, the kernel kills every process of the namespace."""
+    from jobns.launcher.system import sysprog
+
+    sleep = sysprog.find("sleep")  # in root's mount namespace: root's directories only
+    libc.unshare(libc.CLONE_NEWPID)
+
+    def init() -> None:
+        try:
+            libc.mount("proc", "/proc", "proc", libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC)
+        except OSError as e:
+            raise JobnsError(
+                f"mount /proc for job {job_id}'s PID namespace: {e.strerror}"
+            ) from None
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        os.chdir("/")
+        os.execv(sleep, [INIT_NAME, "infinity"])  # noqa: S606 (root's sleep, fixed argv)
+
+    child = spawn(init, before=os.setsid)
+    failure = child.report()  # nothing: it exec'd
+    if failure is not None:
+        child.wait()
+        raise JobnsError(failure[1], failure[0])
+    return child.pid
+
+
 def unpin(pinned: Pins) -> list[str]:
     errors = []
-    for path in (pinned.mnt, pinned.user):
+    for path in (pinned.mnt, pinned.user, pinned.pid):
         if path is None:
             continue
         try:
@@ -223,7 +283,9 @@ NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3): a namespace file's CLONE_NEW* type
 NsId = tuple[int, int]  # (st_dev, st_ino) of a namespace file
 
 
-def processes_in_namespace(dev: int, ino: int, userns: NsId | None = None) -> list[int]:
+def processes_in_namespace(
+    dev: int, ino: int, userns: NsId | None = None, pidns: int | None = None
+) -> list[int]:
     """Every process of the job: its mount namespace is (dev, ino), or (a job whose
     namespace lives in a user namespace of its own) its user namespace is the job's or
     one nested below it. A task that made a namespace of its own (`unshare -Urm` in the
@@ -233,9 +295,11 @@ def processes_in_namespace(dev: int, ino: int, userns: NsId | None = None) -> li
     makes the kernel find the namespace's file, ~4x the cost on a node of a few hundred
     processes, and the epilog scans twice. The inode number alone names a namespace
     (every one is a file of the one nsfs), and the caller holds the job's, so it is not
-    reused meanwhile."""
+    reused meanwhile. pidns: the inode of the job's PID namespace, whose processes are
+    the job's too (one that made a mount namespace of its own is still in it)."""
     me = os.getpid()
     mnt = f"mnt:[{ino}]"
+    pid = f"pid:[{pidns}]" if pidns is not None else None
     host = os.readlink("/proc/self/ns/user")
     job = f"user:[{userns[1]}]" if userns is not None else None
     host_userns = _ns_id("/proc/self/ns/user") if userns is not None else None
@@ -244,7 +308,9 @@ def processes_in_namespace(dev: int, ino: int, userns: NsId | None = None) -> li
         if not name.isdigit() or int(name) == me:
             continue
         try:
-            if os.readlink(f"/proc/{name}/ns/mnt") == mnt:
+            if os.readlink(f"/proc/{name}/ns/mnt") == mnt or (
+                pid is not None and os.readlink(f"/proc/{name}/ns/pid") == pid
+            ):
                 out.append(int(name))
                 continue
             if userns is None:
@@ -316,31 +382,75 @@ def userns_of(pinned: Pins) -> tuple[int, NsId] | None:
 
 
 def terminate_namespace(
-    dev: int, ino: int, kill_wait: float, userns: NsId | None = None
+    dev: int, ino: int, kill_wait: float, userns: NsId | None = None, pidns: int | None = None
 ) -> list[str]:
-    """SIGCONT+SIGTERM, wait kill_wait, SIGKILL, wait for all; errors if any survive."""
-    pids = processes_in_namespace(dev, ino, userns)
+    """SIGCONT+SIGTERM, wait kill_wait, SIGKILL, wait for all; errors if any survive.
+    With a PID namespace (pidns: its inode) its init ignores SIGTERM, so the grace ends
+    as soon as only the init is left; its SIGKILL then ends whatever else remains."""
+    pids = processes_in_namespace(dev, ino, userns, pidns)
     if not pids:
         return []
     from jobns.launcher.system.supervise import signal_all  # the prolog never needs it
 
+    init = _inits(pids, pidns)
     signal_all(pids, signal.SIGCONT)
     signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + kill_wait
-    while pids and time.monotonic() < deadline:
+    while set(pids) - init and time.monotonic() < deadline:
         time.sleep(0.05)
-        pids = processes_in_namespace(dev, ino, userns)
+        pids = processes_in_namespace(dev, ino, userns, pidns)
     deadline = time.monotonic() + UNKILLABLE_WAIT
-    while pids:
+    pause = 0.001  # a killed process is gone within a millisecond or two, as a whole
+    while pids:  # PID namespace (the init's death kills the rest) usually is
         signal_all(pids, signal.SIGKILL)
         if time.monotonic() > deadline:
             return [
                 f"terminate the job's processes: {sorted(pids)} still alive after SIGKILL "
                 f"(stuck in the kernel?); see /proc/PID/stack"
             ]
-        time.sleep(0.05)
-        pids = processes_in_namespace(dev, ino, userns)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+        pids = processes_in_namespace(dev, ino, userns, pidns)
     return []
+
+
+def _inits(pids: list[int], pidns: int | None) -> set[int]:
+    """The host pid of the job's init among pids: PID 1 of the job's PID namespace."""
+    if pidns is None:
+        return set()
+    out = set()
+    for p in pids:
+        try:
+            if os.readlink(f"/proc/{p}/ns/pid") != f"pid:[{pidns}]":
+                continue
+            with open(f"/proc/{p}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"NSpid:") and line.split()[-1] == b"1":
+                        out.add(p)
+        except OSError:
+            continue  # gone
+    return out
+
+
+def pidns_of(pinned: Pins) -> tuple[int, int] | None:
+    """(an fd holding it, its inode) of the job's PID namespace while pinned, else None:
+    held, so that its inode number keeps naming this job's namespace while teardown
+    looks for its processes."""
+    if pinned.pid is None:
+        return None
+    try:
+        fd = os.open(pinned.pid, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    import fcntl
+
+    try:
+        if fcntl.ioctl(fd, NS_GET_NSTYPE) == libc.CLONE_NEWPID:
+            return fd, os.fstat(fd).st_ino
+    except OSError:
+        pass  # ENOTTY: the bare pin file, already unpinned
+    os.close(fd)
+    return None
 
 
 def hold(pinned: Pins) -> int | None:
@@ -371,12 +481,18 @@ def terminate(pinned: Pins, kill_wait: float) -> list[str]:
     if held is None:
         return []
     user = userns_of(pinned)
+    pid = pidns_of(pinned)
     try:
         assert pinned.mnt_dev is not None and pinned.mnt_ino is not None
         return terminate_namespace(
-            pinned.mnt_dev, pinned.mnt_ino, kill_wait, user[1] if user else None
+            pinned.mnt_dev,
+            pinned.mnt_ino,
+            kill_wait,
+            user[1] if user else None,
+            pid[1] if pid else None,
         )
     finally:
         os.close(held)
-        if user is not None:
-            os.close(user[0])
+        for got in (user, pid):
+            if got is not None:
+                os.close(got[0])

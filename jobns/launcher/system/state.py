@@ -447,13 +447,19 @@ def pin_paths(state_dir: str, job_id: str) -> tuple[str, str]:
     return f"{d}/user", f"{d}/mnt"
 
 
+def pid_pin_path(state_dir: str, job_id: str) -> str:
+    """The pin of a job's PID namespace ([namespace] pid)."""
+    return f"{job_dir(state_dir, job_id)}/ns/pid"
+
+
 def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
     from jobns.launcher.system import removal
 
     # Pins the record may not name: a setup that could not record them (a full
     # state_dir) or was killed between pinning and recording. No task ever joined such a
     # job (run.env was not open yet), and the directory holds only root's own pins.
-    for path in pin_paths(state_dir, job_id) * 3:  # a retried pre-run may stack them
+    every = (*pin_paths(state_dir, job_id), pid_pin_path(state_dir, job_id))
+    for path in every * 3:  # a retried pre-run may stack them
         try:
             libc.umount2(path, libc.MNT_DETACH | libc.UMOUNT_NOFOLLOW)
         except OSError:
