@@ -193,7 +193,7 @@ def test_dry_run_of_setup_touches_nothing(dirs: Dirs, users: list[OsUser]) -> No
     plain, fast, data = dirs.targets
     assert f"# extra private directory {fast}: backing tmpfs, options nosuid,nodev" in r.stdout
     assert f"bind   {dirs.plain}/job-x4 -> {plain}  (nosuid,nodev,noexec;" in r.stdout
-    assert f"image  in {dirs.disk}: a sparse file of {32 * MI} bytes" in r.stdout
+    assert f"image  {dirs.disk}/jobns-dir-JOB.img: sparse file of {32 * MI} bytes" in r.stdout
     assert f"bind   {dirs.disk}/job-x4 -> {data}  (nosuid,nodev,ro;" in r.stdout
     assert dirs.left() == []
 

@@ -70,13 +70,17 @@ def test_no_dirs_no_change() -> None:
 
 
 def test_dry_run_shows_backing_size_and_options() -> None:
-    text = build(cfg(), job()).describe()
+    from jobns.launcher.backing import kinds
+
+    plan = build(cfg(), job())
+    text = plan.describe() + "\n" + "\n".join(kinds.describe(cfg(), plan, None))
     assert (
         "# extra private directory /scratch/local: backing tmpfs, options nosuid,nodev,noexec"
         in text
     )
-    assert "mount  tmpfs size=8388608 bytes on /local/jobns/job-77" in text
-    assert "image  in /var/lib/jobns/data: a sparse file of 1048576 bytes" in text
+    assert "mount  tmpfs size=8388608 (8.0 MiB) on /local/jobns/job-77, mode 0700" in text
+    assert "image  /var/lib/jobns/data/jobns-dir-JOB.img: sparse file of 1048576 bytes" in text
+    assert "mount  it through a loop device (autoclear) on /var/lib/jobns/data/job-77" in text
     assert "# extra private directory /local: backing directory, options nosuid,nodev\n" in text
     assert "bind   /local/jobns/job-77 -> /scratch/local  (nosuid,nodev,noexec;" in text
     assert "bind   /var/lib/jobns/data/job-77 -> /data  (nosuid,nodev,ro;" in text

@@ -67,10 +67,26 @@ def test_bad_capacity_config_names_the_key(value: str, needle: str) -> None:
     assert needle in str(e.value)
 
 
-def test_describe_capacities() -> None:
-    text = "\n".join(capacity.Capacities(MI, None).describe())
-    assert "tmpfs size=1048576 (1.0 MiB) on the shm tree" in text
-    assert "tmp: no capacity" in text
+@pytest.mark.parametrize("tmp_backing", ["tmpfs", "disk"])
+def test_describe_capacities(tmp_backing: str) -> None:
+    """The dry run: each sized tree's backing says what it puts on the tree."""
+    from jobns.launcher.backing import kinds
+    from jobns.launcher.model.config import Config, parse
+    from jobns.launcher.model.job import Job, User
+    from jobns.launcher.model.plan import build
+
+    config = Config(parse(f'[capacity]\ntmp_backing = "{tmp_backing}"\n', "/t.toml"), "/t.toml")
+    plan = build(config, Job("5", User("alice", 1001, 1001, (1001,), "/h"), "n1", "local", False))
+    assert capacity.Capacities(MI, None).describe() == [
+        "# tmp: no capacity (/tmp and /var/tmp on the node's file system)"
+    ]
+    text = "\n".join(kinds.describe(config, plan, capacity.Capacities(MI, 2 * MI)))
+    assert "tmpfs size=1048576 (1.0 MiB) on the shm tree (/dev/shm), mode 0700" in text
+    if tmp_backing == "disk":
+        assert "jobns-local-JOB.img: sparse file of 2097152 bytes (2.0 MiB), ext4 in it" in text
+        assert "loop device (autoclear) on the tmp tree (/tmp and /var/tmp)" in text
+    else:
+        assert "tmpfs size=2097152 (2.0 MiB) on the tmp tree (/tmp and /var/tmp)" in text
 
 
 # ----------------------------------------------------------------------------- states

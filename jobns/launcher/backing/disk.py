@@ -7,13 +7,15 @@ with no record, and a loop device a process still holds is reported as stale."""
 from __future__ import annotations
 
 from jobns.launcher.backing import diskimage
-from jobns.launcher.backing.kinds import Backing, Making
+from jobns.launcher.backing.kinds import Backing, Making, place
+from jobns.launcher.model.capacity import human
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from jobns.launcher.model.config import Config
+    from jobns.launcher.model.plan import Tree
     from jobns.launcher.model.record import TreeRecord
     from jobns.launcher.system.mountinfo import Identity, Mount
 
@@ -37,6 +39,16 @@ class Disk(Backing):
         diskimage.create(config, tree.role, making.job_id, rec.capacity, base, what)
         diskimage.make_fs(rec.image, fstype, making.uid, making.gid)
         return diskimage.mount(making.handle, rec.image, fstype, making.uid, making.gid)
+
+    def describe(self, config: Config, tree: Tree, size: int) -> list[str]:
+        base = tree.base if tree.extra is not None else diskimage.base_of(config)
+        image = diskimage.image_path(base, tree.role, "JOB")
+        return [
+            f"image  {image}: sparse file of {size} bytes ({human(size)}), "
+            f"{diskimage.fs_type(config)} in it",
+            f"mount  it through a loop device (autoclear) on {place(tree)}, owned by the job "
+            "user, nosuid,nodev; teardown: shutdown, detach, unlink",
+        ]
 
     def release(self, t: TreeRecord, ours: Callable[[Mount], bool]) -> list[str]:
         if t.image is None:

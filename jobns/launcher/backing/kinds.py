@@ -2,8 +2,8 @@
 
 A tree's backing is chosen once, when setup records the plan
 (model.record.choose_backing), and kept in the job record with the tree; everything after
-(make, release, gc's sweep, status) asks the backing named there, never the config again
-and never a guess from other fields.
+(make, release, the dry run, gc's sweep, status) asks the backing named there, never the
+config again and never a guess from other fields.
 
     directory  a plain directory on its base's file system (no size)
     tmpfs      a size-limited tmpfs mounted on the tree root (sizelimit)
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from jobns.launcher.backing.fs import TreeHandle
+    from jobns.launcher.model.capacity import Capacities
     from jobns.launcher.model.config import Config
+    from jobns.launcher.model.plan import Plan, Tree
     from jobns.launcher.model.record import TreeRecord
     from jobns.launcher.system.mountinfo import Identity, Mount
 
@@ -79,6 +81,10 @@ class Backing:
         """What of this backing outlives its job (a held reference), for gc and status."""
         return []
 
+    def describe(self, config: Config, tree: Tree, size: int) -> list[str]:
+        """The dry run's lines on what this backing would put on the tree (of size bytes)."""
+        return []
+
     def stale_line(self, entry: dict[str, object]) -> str:
         """One line on a stale() entry: what it is, why it is there, how to end it."""
         return f"{self.name}: {entry}"
@@ -112,3 +118,26 @@ def held(config: Config) -> list[dict[str, object]]:
 
 def held_line(entry: dict[str, object]) -> str:
     return of(str(entry.get("backing"))).stale_line(entry)
+
+
+def describe(config: Config, plan: Plan, caps: Capacities | None) -> list[str]:
+    """`jobns setup --dry-run`: what each sized tree's backing would put on it."""
+    from jobns.launcher.model.record import choose_backing, size_of
+
+    out: list[str] = []
+    for tree in plan.trees:
+        size = size_of(tree, caps)
+        if size is not None:
+            out += of(choose_backing(config, tree, size)).describe(config, tree, size)
+    return out
+
+
+def place(tree: Tree) -> str:
+    """Where a backing's file system goes, in words: an extra directory's tree, or the
+    tree of the job's /tmp or /dev/shm."""
+    if tree.extra is not None:
+        return tree.path
+    from jobns.launcher.model.capacity import WHERE
+
+    role = "tmp" if tree.role == "local" else tree.role
+    return f"the {role} tree ({WHERE.get(role, tree.path)})"

@@ -66,7 +66,9 @@ def main(opts: Options, _command: list[str]) -> int:
     for note in notes:
         lifecycle.warn(f"setup {job.job_id}: {note}")
     if req.dry_run:
-        lines = [plan.describe(), *caps.describe(config)]
+        from jobns.launcher.backing import kinds
+
+        lines = [plan.describe(), *caps.describe(), *kinds.describe(config, plan, caps)]
         lines += stg.describe() if stg is not None else []
         print("\n".join(lines))
         return 0

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 ROLES = ("shm", "tmp")
 # Which tree a capacity limits: the shm tree, or the local tree holding tmp/ and var_tmp/.
 TREE_ROLE = {"shm": "shm", "tmp": "local"}
+WHERE = {"shm": "/dev/shm", "tmp": "/tmp and /var/tmp"}  # what a role's tree is bound on
 
 
 def human(n: int) -> str:
@@ -75,36 +76,13 @@ class Capacities:
         shm, tmp = rec.get("shm"), rec.get("tmp")
         return cls(shm if isinstance(shm, int) else None, tmp if isinstance(tmp, int) else None)
 
-    def describe(self, config: Config | None = None) -> list[str]:
-        out = []
-        for role in ROLES:
-            size = self.get(role)
-            where = "/dev/shm" if role == "shm" else "/tmp and /var/tmp"
-            if size is None:
-                out.append(f"# {role}: no capacity ({where} on the node's file system)")
-            elif (
-                role == "tmp"
-                and config is not None
-                and config.capacity.get("tmp_backing") == "disk"
-            ):
-                # (launcher.backing.diskimage's names; it imports this module, not the reverse)
-                base = str(config.capacity.get("scratch_base") or "/var/lib/jobns/scratch")
-                image = f"{base.rstrip('/')}/jobns-local-JOB.img"
-                out.append(
-                    f"image  {image}: sparse file of {size} bytes ({human(size)}), "
-                    f"{config.capacity.get('fs_type', 'ext4')} in it"
-                )
-                out.append(
-                    f"mount  it through a loop device (autoclear) on the {role} tree "
-                    f"({where}), owned by the job user, nosuid,nodev; teardown: "
-                    "shutdown, detach, unlink"
-                )
-            else:
-                out.append(
-                    f"mount  tmpfs size={size} ({human(size)}) on the {role} tree "
-                    f"({where}), mode 0700, owned by the job user, nosuid,nodev"
-                )
-        return out
+    def describe(self) -> list[str]:
+        """The roles without a capacity; a sized tree's backing describes its own."""
+        return [
+            f"# {role}: no capacity ({WHERE[role]} on the node's file system)"
+            for role in ROLES
+            if self.get(role) is None
+        ]
 
 
 def config_size(config: Config, key: str) -> int | None:

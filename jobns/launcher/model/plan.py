@@ -51,21 +51,10 @@ class Extra:
         self.options = options
         self.templated = templated  # the target names the job or its user: made per job
 
-    def describe(self, tree: Tree) -> list[str]:
+    def describe(self) -> list[str]:
+        """The tree's heading; its backing says what holds it (backing/kinds.py)."""
         opts = ",".join(("nosuid", "nodev", *self.options))
-        out = [f"# extra private directory {self.target}: backing {self.backing}, options {opts}"]
-        if self.backing == "tmpfs":
-            out.append(
-                f"mount  tmpfs size={self.size} bytes on {tree.path}, mode 0700, owned by "
-                "the job user, nosuid,nodev"
-            )
-        elif self.backing == "disk":
-            out.append(
-                f"image  in {tree.base}: a sparse file of {self.size} bytes, a file "
-                f"system in it, mounted through a loop device (autoclear) on {tree.path}, "
-                "owned by the job user, nosuid,nodev; teardown: shutdown, detach, unlink"
-            )
-        return out
+        return [f"# extra private directory {self.target}: backing {self.backing}, options {opts}"]
 
 
 class Tree:
@@ -100,8 +89,7 @@ class Tree:
         return f"{self.base.rstrip('/')}/{self.rel}"
 
     def describe(self) -> list[str]:
-        extra = [] if self.extra is None else self.extra.describe(self)
-        lines = extra[:1]
+        lines = [] if self.extra is None else self.extra.describe()
         lines += [
             f"mkdir  {self.base.rstrip('/')}/{'/'.join(self.parents[: i + 1])}"
             f"  mode {TOP_MODE:04o} (kept while another node uses it)"
@@ -109,7 +97,6 @@ class Tree:
         ]
         lines.append(f"mkdir  {self.path}  mode {TOP_MODE:04o}")
         lines += [f"mkdir  {self.path}/{c}  mode {SCRATCH_MODE:04o}" for c in self.children]
-        lines += extra[1:]
         when = (
             "when the job's last task on this node ends"
             if self.remove

@@ -312,7 +312,7 @@ def new_record(
     if plan is not None:
         r.trees = []
         for t in plan.trees:
-            size = _capacity(t, caps)
+            size = size_of(t, caps)
             r.trees.append(TreeRecord(t, size, backing=choose_backing(config, t, size)))
     arc = config.raw.get("arc")
     r.arc = arc if isinstance(arc, dict) else None
@@ -323,7 +323,7 @@ def new_record(
     return r
 
 
-def _capacity(tree: Tree, caps: Capacities | None) -> int | None:
+def size_of(tree: Tree, caps: Capacities | None) -> int | None:
     """The size enforced on a tree: its capacity, or an extra directory's sized backing."""
     if tree.extra is not None:
         return tree.extra.size if tree.extra.backing != "directory" else None
