@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobns.launcher.model.config import Config, parse
-from jobns.launcher.model.dirpath import expand, fixed_part, may_overlap, problem
+from jobns.launcher.model.dirpath import (
+    components,
+    expand,
+    fixed_part,
+    has_symbols,
+    may_overlap,
+    problem,
+)
 from jobns.launcher.model.job import Job, User
 from jobns.launcher.model.plan import build
 from jobns.launcher.model.record import new_record, plan_of
@@ -123,3 +130,11 @@ def test_the_plan_binds_the_expanded_path_and_the_record_keeps_it() -> None:
     # Everything after setup works from the record: the expanded path, not the template.
     again = plan_of(cfg, new_record(job, plan, 1.0, cfg), job)
     assert [b.target for b in again.binds][-1] == "/scratch/alice/job_77"
+
+
+def test_an_escaped_percent_before_a_letter_is_no_symbol() -> None:
+    """'%%j' is the literal text '%j': every reader of a template sees the same pieces."""
+    assert not has_symbols("/scratch/100%%job")
+    assert components("/scratch/100%%job") == ["", "scratch", "100%job"]
+    assert fixed_part("/scratch/100%%job") == "/scratch/100%%job"
+    assert has_symbols("/scratch/%%%j")

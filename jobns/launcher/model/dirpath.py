@@ -14,34 +14,46 @@ Imported by `jobns run` only when the site has [[dirs]] entries: plain string wo
 
 from __future__ import annotations
 
+from jobns.launcher.model.job import safe_component
 from jobns.launcher.system.errors import JobnsError, UserError
 
 SYMBOLS = {"j": "job id", "u": "user name"}
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _pieces(template: str) -> list[tuple[str, str]]:
+    """template read once, left to right: (text, "") for literal text ('%%' is the text
+    '%'), ("", letter) for '%' and the letter after it ("" for a lone '%' at the end)."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(template):
+        if template[i] != "%":
+            out.append((template[i], ""))
+            i += 1
+            continue
+        letter = template[i + 1 : i + 2]
+        out.append(("%", "") if letter == "%" else ("", letter))
+        i += 2
+    return out
 
 
 def problem(template: str) -> str | None:
     """What is wrong with the symbols of template (None: nothing), for a config error."""
-    i = 0
-    while i < len(template):
-        if template[i] != "%":
-            i += 1
+    for text, letter in _pieces(template):
+        if text:
             continue
-        letter = template[i + 1 : i + 2]
         if letter == "":
             return "it ends with a lone '%'; write '%%' for a literal %"
-        if letter != "%" and letter not in SYMBOLS:
+        if letter not in SYMBOLS:
             shown = repr("%" + letter)
             return (
                 f"unknown symbol {shown}; the symbols are %j (job id), %u (user name) "
                 "and %% (a literal %)"
             )
-        i += 2
     return None
 
 
 def has_symbols(template: str) -> bool:
-    return any(template[i + 1 : i + 2] in SYMBOLS for i, c in enumerate(template) if c == "%")
+    return any(letter in SYMBOLS for _, letter in _pieces(template))
 
 
 def components(template: str) -> list[str | None]:
@@ -81,21 +93,9 @@ def expand(template: str, job_id: str, user: str) -> str:
     if "%" not in template:
         return template
     values = {"j": job_id, "u": user}
-    out: list[str] = []
-    i = 0
-    while i < len(template):
-        c = template[i]
-        if c != "%":
-            out.append(c)
-            i += 1
-            continue
-        letter = template[i + 1 : i + 2]
-        if letter == "%":
-            out.append("%")
-        else:
-            out.append(_safe(values[letter], letter, template))
-        i += 2
-    path = "".join(out)
+    path = "".join(
+        text or _safe(values[letter], letter, template) for text, letter in _pieces(template)
+    )
     parts = path.split("/")
     if not path.startswith("/") or any(p in ("", ".", "..") for p in parts[1:]):
         raise JobnsError(f"[[dirs]] path = {template!r} expands to {path!r}, not a clean path")
@@ -103,10 +103,13 @@ def expand(template: str, job_id: str, user: str) -> str:
 
 
 def _safe(value: str, letter: str, template: str) -> str:
-    if value in ("", ".", "..") or not set(value) <= _SAFE or len(value) > 128:
+    """value, if it is one safe path component (job.safe_component's rule); else the job
+    is refused."""
+    try:
+        return safe_component(value, SYMBOLS[letter], "")
+    except JobnsError:
         raise UserError(
             f"[[dirs]] path = {template!r}: the {SYMBOLS[letter]} {value!r} is not a safe "
             f"path component for %{letter} (letters, digits, '.', '_', '-' only, not '.' "
             "or '..'); the job cannot be given this directory"
-        )
-    return value
+        ) from None
