@@ -28,12 +28,9 @@ class Disk(Backing):
         rec, config = making.rec, making.config
         assert rec.capacity is not None  # a sized backing is chosen only with a size
         tree = making.handle.tree
-        # An extra directory's image goes in its own base (the local disk the site named).
         base = tree.base if tree.extra is not None else None
         what = f"{tree.extra.target} (disk)" if tree.extra is not None else ""
-        rec.image = diskimage.image_path(
-            base or diskimage.base_of(config), tree.role, making.job_id
-        )
+        rec.image = _image(config, tree, making.job_id)
         making.save()
         fstype = diskimage.fs_type(config)
         diskimage.create(config, tree.role, making.job_id, rec.capacity, base, what)
@@ -41,8 +38,7 @@ class Disk(Backing):
         return diskimage.mount(making.handle, rec.image, fstype, making.uid, making.gid)
 
     def describe(self, config: Config, tree: Tree, size: int) -> list[str]:
-        base = tree.base if tree.extra is not None else diskimage.base_of(config)
-        image = diskimage.image_path(base, tree.role, "JOB")
+        image = _image(config, tree, "JOB")
         return [
             f"image  {image}: sparse file of {size} bytes ({human(size)}), "
             f"{diskimage.fs_type(config)} in it",
@@ -63,6 +59,13 @@ class Disk(Backing):
 
     def stale_line(self, entry: dict[str, object]) -> str:
         return diskimage.stale_line(entry)
+
+
+def _image(config: Config, tree: Tree, job_id: str) -> str:
+    """The image file of a tree's disk: an extra directory's goes in its own base (the
+    local disk the site named), /tmp's in [capacity] scratch_base."""
+    base = tree.base if tree.extra is not None else diskimage.base_of(config)
+    return diskimage.image_path(base, tree.role, job_id)
 
 
 BACKING = Disk()

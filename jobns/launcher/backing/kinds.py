@@ -92,8 +92,12 @@ class Backing:
 
 def of(name: str) -> Backing:
     """The backing named so in a record or the config."""
-    if not name.isidentifier() or name not in names():
+    if name not in names():
         raise ValueError(f"no such backing {name!r}: expected one of {', '.join(names())}")
+    return _load(name)
+
+
+def _load(name: str) -> Backing:
     backing: Backing = import_module(f"jobns.launcher.backing.{name}").BACKING
     return backing
 
@@ -107,7 +111,7 @@ def names() -> tuple[str, ...]:
 
 
 def every() -> list[Backing]:
-    return [of(name) for name in names()]
+    return [_load(name) for name in names()]
 
 
 def held(config: Config) -> list[dict[str, object]]:
