@@ -508,7 +508,7 @@ def disk_programs(config: config_mod.Config) -> list[Finding]:
 
 
 def pid_namespace(config: config_mod.Config) -> list[Finding]:
-    """[namespace] pid: honoured only with [slurm] enforce (launcher.pins), and its init is
+    """[namespace] pid: honoured only with [slurm] enforce (launcher.mountns.pins), and its init is
     /usr/bin/sleep, found as root finds every program (a prolog fails without it)."""
     if not config.pid_ns:
         return []

@@ -205,7 +205,7 @@ class Config:
         # Where Slurm's commands are, if not in root's fixed directories (launcher.system.sysprog).
         self.slurm_bin = str(_section(raw, "slurm").get("bin_dir", ""))
         # [namespace] pid: a PID namespace per job, only where the namespace is root's
-        # (launcher.pins); without enforce setup warns and doctor says so.
+        # (launcher.mountns.pins); without enforce setup warns and doctor says so.
         self.pid_ns = _section(raw, "namespace").get("pid", False) is True
 
 

@@ -5,6 +5,7 @@ The only module that knows where pins live and what they may be opened by:
   <state_dir>/jobs/<id>/ns/          root 0700, ACL: the job user may search
   <state_dir>/jobs/<id>/ns/user      /proc/HOLDER/ns/user bind-mounted onto an empty file
   <state_dir>/jobs/<id>/ns/mnt       /proc/HOLDER/ns/mnt likewise
+  <state_dir>/jobs/<id>/ns/pid       /proc/HOLDER/ns/pid_for_children ([namespace] pid)
 
 Why a user namespace: under Slurm every task runs as the job user (slurmstepd
 drops privileges before it execs the task), and an unprivileged process may setns()
@@ -188,8 +189,8 @@ def pin(
                 libc.mount(f"/proc/{holder.pid}/ns/pid_for_children", pid_pin, None, libc.MS_BIND)
                 pinned.pid = pid_pin
         except (OSError, JobnsError) as e:
-            # Never leave half a pin behind (unpin skips one that is not mounted).
-            unpin(Pins(pinned.user, mnt_pin if init else None, pid=pid_pin if init else None))
+            # Never leave half a pin behind.
+            unpin(Pins(pinned.user, mnt_pin))  # (the pid pin comes last: never mounted here)
             if init:
                 os.kill(init, signal.SIGKILL)  # unpinned, nobody would end it
             if isinstance(e, JobnsError):

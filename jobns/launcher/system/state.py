@@ -11,6 +11,7 @@
                                task-launch path reads this, never JSON)
       ns/                      root 0700, ACL: the job user may search
       ns/user, ns/mnt          pins: /proc/PID/ns/* bind-mounted onto empty files
+      ns/pid                   the pin of the job's PID namespace ([namespace] pid)
 
 Job state is private (SECURITY.md, rule 5): another user who could open a job's pin
 could keep its namespace (and its capacity tmpfs) alive after teardown, or read its
