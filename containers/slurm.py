@@ -349,7 +349,7 @@ def check_jobns_hooks(node: Node) -> None:
     running the packaged /usr/bin/jobns."""
     for name in ("prolog", "epilog"):
         path = f"{JOBNS_HOOKS}/{name}"
-        r = node.sh(f"stat -c '%U %a' {path} && grep -c ' /usr/bin/jobns ' {path}")
+        r = node.sh(f"stat -c '%U %a' {path} && grep -cE '(^|[[:space:]])/usr/bin/jobns ' {path}")
         if r.exit_code != 0 or r.stdout.split()[:2] != ["root", "755"]:
             raise RigError(
                 f"the jobns {name} on {node.hostname}: {path} is not the packaged script "

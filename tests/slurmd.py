@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from tests.conftest import JOBNS, REPO, OsUser, Sandbox
 
 INSTALLED = "/opt/jobns/venv/bin/jobns"  # what ci/slurm/{prolog,epilog} run
 SCRIPTS = {"setup": "prolog", "teardown": "epilog"}
+STATE_DIR = "STATE_DIR=/run/jobns"  # the scripts' copy of jobns.toml's state_dir
 
 
 def slurmd_env(
@@ -70,8 +72,10 @@ def script(box: Sandbox, verb: str) -> Path:
     if verb in SCRIPTS:
         text = (REPO / "ci" / "slurm" / SCRIPTS[verb]).read_text()
         call = f"{INSTALLED} {verb} "
-        assert text.count(call) == 1, f"ci/slurm/{SCRIPTS[verb]} no longer runs `{call}...`"
+        assert text.count(call) >= 1, f"ci/slurm/{SCRIPTS[verb]} no longer runs `{call}...`"
         text = text.replace(call, f"{JOBNS} {verb} --config {box.config} ")
+        assert text.count(STATE_DIR) == 1, f"ci/slurm/{SCRIPTS[verb]} no longer sets {STATE_DIR}"
+        text = text.replace(STATE_DIR, f"STATE_DIR={box.state}")
     else:
         text = f'#!/bin/sh\nexec {JOBNS} {verb} --config {box.config} "$@"\n'
     path.write_text(text)
@@ -99,7 +103,7 @@ def as_slurmd(
     else:
         environ = dict(env or {})
     assert "PATH" not in environ
-    return subprocess.run(
+    done = subprocess.run(
         [str(script(box, verb)), *args],
         env=environ,
         cwd="/",
@@ -109,3 +113,33 @@ def as_slurmd(
         timeout=timeout,
         check=False,
     )
+    if verb in SCRIPTS:
+        wait_background(box, verb, job, timeout)
+    return done
+
+
+def background(box: Sandbox, verb: str, job: str) -> list[int]:
+    """The pids of `jobns VERB --background` of job under box's config (what the
+    packaged scripts leave running when they return), and of the script's own processes
+    (once the script has exited: the child that will exec it)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if verb in words and "--background" in words and str(box.config) in words and job in words:
+            found.append(int(pid))
+        elif str(box.root / f"slurmd-{verb}") in words:
+            found.append(int(pid))  # the script's own child, not yet jobns (its exec is to come)
+    return found
+
+
+def wait_background(box: Sandbox, verb: str, job: str, timeout: float = 120) -> None:
+    """Until the script's background jobns (if it left one) has ended: the epilog always
+    leaves its teardown running; an enforced node's prolog its setup."""
+    deadline = time.monotonic() + timeout
+    while background(box, verb, job):
+        assert time.monotonic() < deadline, f"jobns {verb} --background of {job} still runs"
+        time.sleep(0.01)

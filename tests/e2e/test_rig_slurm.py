@@ -669,3 +669,59 @@ def test_enforced_refused_job_fails_on_both_nodes_and_they_stay_idle(
     assert "batch-ran" not in out and "was refused by jobns setup" in out, out
     assert_no_trace(enforced, job_id)
     assert enforced.node_states() == {h: "idle" for h in COMPUTES}
+
+
+SLOW_PRE_RUN = "#!/bin/sh\nsleep 2\n"
+SLOW_JOB = """\
+#!/bin/sh
+#SBATCH -N1 -w node1
+readlink /proc/self/ns/mnt
+srun -N1 sh -c 'readlink /proc/self/ns/mnt; echo $TMPDIR'
+"""
+
+
+def test_enforced_prolog_returns_at_once_and_tasks_wait_for_setup(
+    enforced: SlurmCluster,
+) -> None:
+    """docs/admin.md "What the prolog and epilog wait for": slurmd made tasks-wait when it
+    loaded the plugin, so the prolog left setup running on its own. A setup made slow by
+    a 2 s pre-run program still has every task of the job in its namespace (the plugin
+    waited); a setup that the node fails (pre-run fails) fails the job at once with the
+    reason and drains only that node, through scontrol, with the reason."""
+    node1 = enforced.rig.node("node1")
+    for n in enforced.computes:
+        n.exec(["test", "-f", "/run/jobns/tasks-wait"]).check("slurmd made tasks-wait")
+    node1.sh(
+        f"printf '{SLOW_PRE_RUN}' > /usr/local/sbin/slow-pre-run && "
+        "chmod 0755 /usr/local/sbin/slow-pre-run && "
+        f"printf '[lifecycle]\\npre_run = \"/usr/local/sbin/slow-pre-run\"\\n' >> {CONFIG_PATH}"
+    ).check("a slow pre-run program")
+    try:
+        job_id = enforced.sbatch(ALICE, SLOW_JOB)
+        out = enforced.output(job_id).split()
+        node_ns = node1.exec(["readlink", "/proc/self/ns/mnt"]).stdout.strip()
+        assert len(out) == 3 and out[0] == out[1] != node_ns and out[2] == "/tmp", out
+        assert_no_trace(enforced, job_id)
+
+        node1.sh(f"sed -i 's|slow-pre-run|false-pre-run|' {CONFIG_PATH}").check("edit")
+        node1.sh(
+            "printf '#!/bin/sh\\nexit 3\\n' > /usr/local/sbin/false-pre-run && "
+            "chmod 0755 /usr/local/sbin/false-pre-run"
+        ).check("a failing pre-run program")
+        job_id = enforced.sbatch(ALICE, SLOW_JOB, wait=False)
+        state, _ = enforced.wait_done(job_id)
+        text = enforced.output(job_id)
+        assert state == "FAILED" and "this node failed to set the job up" in text, (state, text)
+        deadline = time.monotonic() + 30
+        while "node1" not in (bad := enforced.unusable()):
+            assert time.monotonic() < deadline, enforced.node_states()
+            time.sleep(0.2)
+        assert "jobns setup" in bad["node1"] and "node2" not in bad, bad
+    finally:
+        node1.sh(f"sed -i '/^\\[lifecycle\\]/,$d' {CONFIG_PATH}").check("restore the config")
+        enforced.controller.exec(["scontrol", "update", "NodeName=node1", "State=RESUME"])
+    deadline = time.monotonic() + 30
+    while enforced.node_states().get("node1") != "idle":
+        assert time.monotonic() < deadline, enforced.node_states()
+        time.sleep(0.2)
+    assert_no_trace(enforced, job_id)

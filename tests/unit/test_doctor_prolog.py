@@ -154,3 +154,13 @@ def test_slurms_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert "set [slurm] bin_dir" in found[0][1] and "tmp_from_slurm" in found[0][1]
     found = doctor.slurm_commands(cfg(""), str(conf))
     assert kinds(found) == ["note"] and "jobns gc needs squeue" in found[0][1], found
+
+
+def test_an_enforced_node_is_told_whether_its_prolog_returns_at_once(tmp_path: Path) -> None:
+    """tasks-wait (made by slurmd loading the plugin) decides what the packaged prolog
+    does; doctor says which, and how to get the fast one."""
+    [(kind, text)] = doctor.prolog_waits(str(tmp_path))
+    assert kind == doctor.NOTE and "waits for setup" in text and "restart slurmd" in text
+    (tmp_path / "tasks-wait").touch()
+    [(kind, text)] = doctor.prolog_waits(str(tmp_path))
+    assert kind == doctor.OK and "returns at once" in text

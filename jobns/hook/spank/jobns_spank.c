@@ -9,7 +9,13 @@
  * A job with a PID namespace of its own ([namespace] pid) is joined too, by a fork
  * (enter_pid_namespace).
  *
- *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns]
+ * The prolog may return before setup is done: in slurmd the plugin makes
+ * <state_dir>/tasks-wait (slurm_spank_init; removed by slurm_spank_slurmd_exit), the
+ * packaged prolog then leaves `jobns setup --background` running, and each task waits
+ * here until its job's run.env is final (read_when_set_up). docs/admin.md "What the
+ * prolog and epilog wait for".
+ *
+ *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns] [start_wait=60]
  *
  * Build it against the headers of the Slurm that will load it (ci/build-spank): Slurm
  * refuses a plugin whose plugin_version (SLURM_VERSION_NUMBER) is of another major.minor.
@@ -35,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -49,6 +57,9 @@ SPANK_PLUGIN(jobns, 1);
 
 #define DEFAULT_STATE_DIR "/run/jobns"
 #define RUN_ENV_MAX 65536
+/* Seconds a task waits for a background prolog to record its job (start_wait=) */
+#define DEFAULT_START_WAIT 60
+#define TASKS_WAIT "tasks-wait"
 #define JOINED_VAR "JOBNS_JOINED"
 
 /* The task must not start: say why in the job's output and end this task only (this
@@ -89,19 +100,105 @@ static int open_root_owned(int dir, const char *name, int want_dir, const char *
 	return fd;
 }
 
-static const char *state_dir_arg(int ac, char **av)
+/* The plugstack.conf arguments: state_dir (returned) and start_wait; NULL with a
+ * message in err when one is wrong. */
+static const char *parse_args(int ac, char **av, long *start_wait, char *err, size_t size)
 {
 	const char *dir = DEFAULT_STATE_DIR;
+	char *end;
 
+	*start_wait = DEFAULT_START_WAIT;
 	for (int i = 0; i < ac; i++) {
-		if (strncmp(av[i], "state_dir=", 10) == 0)
+		if (strncmp(av[i], "state_dir=", 10) == 0) {
 			dir = av[i] + 10;
-		else
-			refuse("plugstack.conf: unknown argument '%s' (only state_dir=PATH)", av[i]);
+		} else if (strncmp(av[i], "start_wait=", 11) == 0) {
+			errno = 0;
+			*start_wait = strtol(av[i] + 11, &end, 10);
+			if (errno || *end || end == av[i] + 11 || *start_wait < 0 ||
+			    *start_wait > 3600) {
+				snprintf(err, size, "plugstack.conf: start_wait=%s must be whole "
+					 "seconds, 0 to 3600", av[i] + 11);
+				return NULL;
+			}
+		} else {
+			snprintf(err, size, "plugstack.conf: unknown argument '%s' (only "
+				 "state_dir=PATH and start_wait=SECONDS)", av[i]);
+			return NULL;
+		}
 	}
-	if (dir[0] != '/' || strstr(dir, "/..") || strlen(dir) > 1024)
-		refuse("plugstack.conf: state_dir=%s must be an absolute path without '..'", dir);
+	if (dir[0] != '/' || strstr(dir, "/..") || strlen(dir) > 1024) {
+		snprintf(err, size, "plugstack.conf: state_dir=%s must be an absolute path "
+			 "without '..'", dir);
+		return NULL;
+	}
 	return dir;
+}
+
+/* The marker the packaged prolog looks for (<state_dir>/tasks-wait): while it exists,
+ * the node's slurmd has this plugin loaded, so every task waits for its job's setup
+ * (read_when_set_up) and the prolog may return before setup is done. slurmd makes it
+ * when it loads the plugin (slurm_spank_init in slurmd's context) and removes it when
+ * it stops. */
+static void mark_tasks_wait(const char *state_dir, int on)
+{
+	struct stat st;
+	int top, fd;
+
+	if (on && mkdir(state_dir, 0755) < 0 && errno != EEXIST) {
+		slurm_error("jobns: mkdir %s: %s (the prolog will wait for setup)", state_dir,
+			    strerror(errno));
+		return;
+	}
+	top = open(state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (top < 0 || fstat(top, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+		slurm_error("jobns: %s is not a directory of root's, writable by root only: "
+			    "the prolog will wait for setup", state_dir);
+		if (top >= 0)
+			close(top);
+		return;
+	}
+	if (!on) {
+		unlinkat(top, TASKS_WAIT, 0);
+	} else {
+		fd = openat(top, TASKS_WAIT, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd < 0)
+			slurm_error("jobns: create %s/%s: %s (the prolog will wait for setup)",
+				    state_dir, TASKS_WAIT, strerror(errno));
+		else
+			close(fd);
+	}
+	close(top);
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	char err[1200];
+	const char *state_dir;
+	long start_wait;
+
+	(void)sp;
+	if (spank_context() != S_CTX_SLURMD)
+		return 0;
+	state_dir = parse_args(ac, av, &start_wait, err, sizeof(err));
+	if (!state_dir) {
+		slurm_error("jobns: %s", err); /* a `required` plugin: slurmd does not start */
+		return -1;
+	}
+	mark_tasks_wait(state_dir, 1);
+	return 0;
+}
+
+int slurm_spank_slurmd_exit(spank_t sp, int ac, char **av)
+{
+	char err[1200];
+	const char *state_dir;
+	long start_wait;
+
+	(void)sp;
+	state_dir = parse_args(ac, av, &start_wait, err, sizeof(err));
+	if (state_dir)
+		mark_tasks_wait(state_dir, 0);
+	return 0;
 }
 
 /* Copy the value of the line "key=..." of run.env into out (cut to size); 0 if absent. */
@@ -232,6 +329,89 @@ static void enter_pid_namespace(int fd, const char *job)
 	_exit(128 + sig);
 }
 
+/* 1 when a jobns holds the job's lock <jobs>/<job>.lock now (a setup under way), else 0.
+ * A shared lock taken and dropped at once: it only asks. */
+static int setup_under_way(int jobs, const char *job)
+{
+	char name[32];
+	int fd, held;
+
+	snprintf(name, sizeof(name), "%s.lock", job);
+	fd = openat(jobs, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	held = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);
+	return held;
+}
+
+/* Read <state_dir>/jobs/<job>/run.env into text once the job's setup has finished: a
+ * prolog that sets the job up in the background (`jobns setup` started by the prolog
+ * script, which returns at once) gets until start_wait seconds to record the job, and
+ * then as long as it holds the job's lock. Returns the job's directory (fd); *jobs_out,
+ * *top_out are the directories above it. */
+static int read_when_set_up(const char *state_dir, const char *job, const char *shown,
+			    long start_wait, char *text, int *jobs_out, int *top_out)
+{
+	struct timespec t0, now, pause;
+	long delay_us = 500;
+	int top, jobs, dir, envfd, pending;
+	ssize_t len;
+	char value[64];
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		top = open_root_owned(AT_FDCWD, state_dir, 1, state_dir);
+		jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
+		dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
+		envfd = dir < 0 ? -1 : open_root_owned(dir, "run.env", 0, shown);
+		if (envfd >= 0) {
+			len = read(envfd, text, RUN_ENV_MAX);
+			close(envfd);
+			if (len < 0)
+				refuse("read %s/run.env: %s", shown, strerror(errno));
+			text[len] = '\0';
+			pending = value_of(text, "closed", value, sizeof(value)) &&
+				  strcmp(value, "pending") == 0;
+			if (!pending)
+				break;
+			if (!setup_under_way(jobs, job)) {
+				/* ended since: read it once more, it may have finished */
+				envfd = open_root_owned(dir, "run.env", 0, shown);
+				len = envfd < 0 ? -1 : read(envfd, text, RUN_ENV_MAX);
+				if (envfd >= 0)
+					close(envfd);
+				text[len < 0 ? 0 : len] = '\0';
+				if (!value_of(text, "closed", value, sizeof(value)) ||
+				    strcmp(value, "pending") != 0)
+					break;
+				refuse("job %s: its setup on this node ended without finishing "
+				       "(see the prolog's log: journalctl -t jobns)", job);
+			}
+		} else {
+			int err = errno;
+
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (!(jobs >= 0 && setup_under_way(jobs, job)) &&
+			    now.tv_sec - t0.tv_sec >= start_wait)
+				refuse("job %s is not set up on this node (%s/run.env: %s after "
+				       "%ld s): its prolog (jobns setup) did not run or failed; "
+				       "see the prolog's log", job, shown, strerror(err), start_wait);
+		}
+		for (int i = 0, fds[] = {dir, jobs, top}; i < 3; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		pause.tv_sec = 0;
+		pause.tv_nsec = delay_us * 1000;
+		nanosleep(&pause, NULL);
+		if (delay_us < 20000)
+			delay_us *= 2;
+	}
+	*jobs_out = jobs;
+	*top_out = top;
+	return dir;
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	char job[16], shown[1200], text[RUN_ENV_MAX + 1], cwd[4096], joined[96];
@@ -240,30 +420,19 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	struct statfs fs;
 	const char *state_dir;
 	uint32_t job_id;
-	int top, jobs, dir, ns, envfd, fd, userns, have_cwd, pidns;
-	ssize_t len;
+	long start_wait;
+	int top, jobs, dir, ns, fd, userns, have_cwd, pidns;
 
 	if (!spank_remote(sp))
 		return 0;
-	state_dir = state_dir_arg(ac, av);
+	state_dir = parse_args(ac, av, &start_wait, reason, sizeof(reason));
+	if (!state_dir)
+		refuse("%s", reason);
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
 		refuse("no job id from slurmstepd");
 	snprintf(job, sizeof(job), "%u", job_id); /* digits only: a safe path component */
 	snprintf(shown, sizeof(shown), "%s/jobs/%s", state_dir, job);
-
-	top = open_root_owned(AT_FDCWD, state_dir, 1, state_dir);
-	jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
-	dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
-	envfd = dir < 0 ? -1 : open_root_owned(dir, "run.env", 0, shown);
-	if (envfd < 0)
-		refuse("job %s is not set up on this node (%s/run.env: %s): its prolog (jobns "
-		       "setup) did not run or failed; see the prolog's log", job, shown,
-		       strerror(errno));
-	len = read(envfd, text, RUN_ENV_MAX);
-	close(envfd);
-	if (len < 0)
-		refuse("read %s/run.env: %s", shown, strerror(errno));
-	text[len] = '\0';
+	dir = read_when_set_up(state_dir, job, shown, start_wait, text, &jobs, &top);
 
 	if (!value_of(text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
 		refuse("%s/run.env: unknown version (set up by another jobns version?)", shown);

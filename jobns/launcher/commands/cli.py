@@ -84,6 +84,13 @@ DIRECTIVES = Opt(
     "directives like sbatch --bb, ';'-separated, e.g. 'shared_tmpdir=per-node; no_rm_tmpdir'",
     "TEXT",
 )
+BACKGROUND = Opt(
+    "--background",
+    FLAG,
+    "started by a prolog or epilog that did not wait (nobody reads the exit status): a "
+    "failure of the node's drains it through scontrol, and a failed setup fails the "
+    "job's tasks at once",
+)
 FORCE = Opt("--force", FLAG, "after repeated failures, forget the job's record anyway")
 HURRY = Opt(
     "--hurry",
@@ -171,6 +178,7 @@ COMMANDS: dict[str, Command] = {
                 DIRECTIVES,
                 SESSION_DIR,
                 DRY_RUN,
+                BACKGROUND,
             ],
             help="Creates the job's directories and a mount namespace (inside a user namespace "
             "owned by the job user) that every later `jobns run` of the job joins, pinned "
@@ -189,7 +197,7 @@ COMMANDS: dict[str, Command] = {
             "teardown",
             "jobns.launcher.commands.teardown:main",
             "epilog (root): end the job's processes, stage out, remove its directories",
-            [JOB_ID, CONFIG, FORCE, HURRY],
+            [JOB_ID, CONFIG, FORCE, HURRY, BACKGROUND],
             help="States: post-run (no task may join; terminates what still runs in the job: "
             "SIGCONT+SIGTERM, kill_wait, SIGKILL; [lifecycle] post_run), staging-out "
             "(stage_out copies; scratch back to the session directory), teardown "

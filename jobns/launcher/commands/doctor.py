@@ -705,6 +705,23 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
     return out
 
 
+def prolog_waits(state_dir: str) -> list[Finding]:
+    """On an enforced node: whether the packaged prolog returns at once (slurmd has
+    loaded the SPANK plugin, which made <state_dir>/tasks-wait) or waits for setup
+    (docs/admin.md "What the prolog and epilog wait for")."""
+    marker = f"{state_dir}/tasks-wait"
+    if os.path.isfile(marker):
+        return [(OK, f"the prolog returns at once: slurmd loaded the SPANK plugin ({marker})")]
+    return [
+        (
+            NOTE,
+            f"no {marker}: slurmd has not loaded the jobns SPANK plugin since boot, so the "
+            "prolog waits for setup (~40 ms a job); restart slurmd once the plugin is in "
+            "plugstack.conf",
+        )
+    ]
+
+
 def _slurm_values_or_none(conf: str) -> dict[str, str] | None:
     """slurm.conf's values, or None where slurm() already said it cannot read it."""
     try:
@@ -1147,6 +1164,7 @@ def check(
     found += scripts_by_name(slurm_conf)
     found += slurm_commands(config, slurm_conf)
     if config.enforce:
+        found += prolog_waits(config.state_dir)
         values = _slurm_values_or_none(slurm_conf)
         if values is not None:
             found += slurm_namespace_plugins(values)

@@ -24,20 +24,61 @@ from jobns.launcher.system.errors import JobnsError, UserError
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.model.config import Config
+    from jobns.launcher.model.job import User
     from jobns.launcher.model.staging import Staging
 
 
 def main(opts: Options, _command: list[str]) -> int:
-    from jobns.launcher.model import capacity
-
     require_root("setup")
     req = Request.from_options(opts)
     environ = dict(os.environ)
-    config = config_mod.load(req.config, environ)
-    # Who the job is comes from the site (flags, Slurm): a problem there is the node's.
-    job_id = job_id_from(req.job_id, environ)
-    user = user_from(req.user, environ)
-    kill_wait = kill_wait_from(req, config)
+    background = bool(opts.get("background")) and not req.dry_run
+    try:
+        config = config_mod.load(req.config, environ)
+        # Who the job is comes from the site (flags, Slurm): a problem there is the node's.
+        job_id = job_id_from(req.job_id, environ)
+        user = user_from(req.user, environ)
+        kill_wait = kill_wait_from(req, config)
+    except Exception as e:
+        if background:
+            _node_failed(None, None, None, 0.0, e)
+        raise
+    try:
+        return _setup(req, environ, config, job_id, user, kill_wait)
+    except Exception as e:
+        if background:
+            _node_failed(config, job_id, user, kill_wait, e)
+        raise
+
+
+def _node_failed(
+    config: Config | None, job_id: str | None, user: User | None, kill_wait: float, e: Exception
+) -> None:
+    """A background setup (launcher.lifecycle.unattended) the node failed: its tasks fail
+    at once with the reason, and the node is drained, as slurmd drains it for a failed
+    prolog."""
+    from jobns.launcher.lifecycle import unattended
+
+    error = unattended.failure_text(e)
+    if config is not None and job_id is not None and user is not None:
+        try:
+            lifecycle.setup_refused(
+                config,
+                Job(job_id, user, hostname()),
+                kill_wait,
+                f"this node failed to set the job up (it is drained): {error}",
+            )
+        except Exception as again:  # the state is what failed: the tasks time out instead
+            lifecycle.warn(f"setup {job_id}: could not record the failure: {again}")
+    drained = unattended.drain("setup", error, config.slurm_bin if config else "")
+    lifecycle.warn(f"setup {job_id or '?'}: {drained}")
+
+
+def _setup(
+    req: Request, environ: dict[str, str], config: Config, job_id: str, user: User, kill_wait: float
+) -> int:
+    from jobns.launcher.model import capacity
+
     # What the job asks for comes from its user (directives, comment): a problem there is
     # hers, and refuses her job.
     try:

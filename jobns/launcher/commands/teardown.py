@@ -24,6 +24,23 @@ from jobns.launcher.system.errors import JobnsError, UserError
 
 
 def main(opts: Options, _command: list[str]) -> int:
+    if not opts.get("background"):
+        return _teardown(opts)
+    try:
+        return _teardown(opts)
+    except Exception as e:
+        # Nobody reads a background epilog's exit status: drain the node as slurmd
+        # would have for a failed epilog (launcher.lifecycle.unattended).
+        from jobns.launcher.lifecycle import unattended
+
+        lifecycle.warn(
+            f"teardown {opts.get('job_id') or '?'}: "
+            + unattended.drain("teardown", unattended.failure_text(e))
+        )
+        raise
+
+
+def _teardown(opts: Options) -> int:
     require_root("teardown")
     environ = dict(os.environ)
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
@@ -38,6 +55,12 @@ def main(opts: Options, _command: list[str]) -> int:
         raise
     try:
         record = records.load(config.state_dir, job_id)
+        if opts.get("background") and state.ended_by_setup(config.state_dir, job_id):
+            # A later setup of the id ended the run this epilog was for: a requeued run
+            # (its record is its own), or none (the job ended before its setup began).
+            if record is None:
+                lock.release_and_remove()
+            return 0
         if record is None:
             lock.release_and_remove()
             return 0  # not set up on this node (or already torn down): nothing to do

@@ -172,6 +172,9 @@ def setup(
     _warn_propagation_once(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
         old = records.load(config.state_dir, job.job_id)
+        go_on, old = _end_an_earlier_run(config, job.job_id, old)
+        if not go_on:
+            return
         if old is not None:
             if old.state == state.REFUSED:
                 return  # the prolog ran twice for a refused job: still refused
@@ -204,6 +207,23 @@ def setup(
             raise
 
 
+def _end_an_earlier_run(
+    config: Config, job_id: str, old: Record | None
+) -> tuple[bool, Record | None]:
+    """First under the job lock in every setup: when the job's epilog has run and its
+    background teardown has not (launcher.system.state.take_over_ending), this is a
+    requeued run of the job, and the last run is ended here first; or the epilog of a
+    job cancelled before this setup began, and there is nothing to set up. Returns
+    (whether to set up, the record still there)."""
+    if not state.take_over_ending(config.state_dir, job_id):
+        return True, old
+    if old is None:
+        warn(f"setup {job_id}: the job ended before its setup began; nothing to set up")
+        return False, None
+    finish(config, job_id, old, force=True)
+    return True, None
+
+
 def _warn_propagation_once(state_dir: str) -> None:
     """Once per boot (state_dir is on /run): say in the prolog log if host mounts made
     later will not reach jobs."""
@@ -231,6 +251,9 @@ def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> No
     state.ensure_state_dir(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id):
         old = records.load(config.state_dir, job.job_id)
+        go_on, old = _end_an_earlier_run(config, job.job_id, old)
+        if not go_on:
+            return
         if old is None:
             refuse(config, job, kill_wait, reason)
         elif old.state != state.REFUSED:
@@ -460,7 +483,7 @@ def abort(config: Config, job_id: str, record: Record, cause: BaseException) -> 
     """A setup failed: tear the job down (inputs back first). If even that fails, the
     record stays (teardown-fail / its state) for `jobns teardown` or `recover`."""
     try:
-        finish(config, job_id, record, force=False)
+        finish(config, job_id, record, force=False, aborting=True)
     except JobnsError as e:
         warn(f"setup {job_id}: after {cause}: {e}")
 
@@ -469,7 +492,12 @@ def abort(config: Config, job_id: str, record: Record, cause: BaseException) -> 
 
 
 def finish(
-    config: Config, job_id: str, record: Record, force: bool = False, hurry: bool = False
+    config: Config,
+    job_id: str,
+    record: Record,
+    force: bool = False,
+    hurry: bool = False,
+    aborting: bool = False,
 ) -> None:
     """The epilog from whatever state the job is in (see the module docstring).
 
@@ -489,7 +517,10 @@ def finish(
     uid = record.uid
     ran = record.has_run(st in EPILOG_STATES)
     if st in SETUP_STATES or st in EPILOG_STATES:
-        state.close_run_env(state_dir, job_id, "post-run" if ran else "teardown", uid)
+        # A setup's own abort keeps a never-run job "pending": tasks waiting for a
+        # background setup (the SPANK plugin) wait for its outcome, which it records next.
+        closed = "post-run" if ran else "pending" if aborting else "teardown"
+        state.close_run_env(state_dir, job_id, closed, uid)
     if ran and st in EPILOG_STATES:
         records.enter(state_dir, record, "post-run")
         if _work_before_teardown(config, record, hurry):

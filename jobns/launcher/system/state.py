@@ -473,6 +473,38 @@ def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
         os.close(base)
 
 
+# A background epilog (ci/slurm/epilog) leaves <jobs>/<id>.ending before its teardown
+# starts; a setup of the same id (a requeued job) that finds it ends that run itself and
+# renames it to <id>.ended, which tells the late teardown that its run is gone.
+ENDING = ".ending"
+ENDED = ".ended"
+
+
+def end_marker(state_dir: str, job_id: str, suffix: str) -> str:
+    return f"{state_dir}/{JOBS}/{job_id}{suffix}"
+
+
+def take_over_ending(state_dir: str, job_id: str) -> bool:
+    """Under the job lock, in setup: True when the job's epilog has run and its
+    teardown has not (the marker becomes <id>.ended: that teardown will do nothing)."""
+    try:
+        os.rename(end_marker(state_dir, job_id, ENDING), end_marker(state_dir, job_id, ENDED))
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise state_error("mark the epilog's teardown as done", state_dir, e) from None
+    return True
+
+
+def ended_by_setup(state_dir: str, job_id: str) -> bool:
+    """Under the job lock, in teardown: True when a later setup of the same id already
+    ended the run this teardown was started for (both markers go)."""
+    taken = os.path.exists(end_marker(state_dir, job_id, ENDED))
+    for suffix in (ENDED, ENDING):
+        _unlink_quietly(end_marker(state_dir, job_id, suffix))
+    return taken
+
+
 def is_set_up(state_dir: str, job_id: str) -> bool:
     """A record exists: a setup owns (or is making) the job's trees on this node."""
     return os.path.exists(f"{job_dir(state_dir, job_id)}/{STATE}")
@@ -488,4 +520,4 @@ def list_jobs(state_dir: str) -> list[str]:
             f"list the jobs under {state_dir}: permission denied (job state is "
             "private: run this as root)"
         ) from None
-    return sorted(n for n in names if not n.endswith(".lock") and ".tmp-" not in n)
+    return sorted(n for n in names if not n.endswith((".lock", ENDING, ENDED)) and ".tmp-" not in n)
