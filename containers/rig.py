@@ -350,7 +350,12 @@ class Rig:
             # /dev/shm as on a node (Debian: rw,nosuid,nodev), not docker's noexec one:
             # rootless runc cannot bind a job's /dev/shm tree from a noexec mount without
             # noexec (a locked flag), which jobns oci-config does not ask for
-            tmpfs={"/dev/shm": "rw,nosuid,nodev,exec,size=512m"},
+            # jobns's state_dir on a tmpfs, as /run is on a systemd node (the image's
+            # /run is on the container's overlay: every record write would be fsynced)
+            tmpfs={
+                "/dev/shm": "rw,nosuid,nodev,exec,size=512m",
+                "/run/jobns": "rw,nosuid,nodev,mode=0755,size=64m",
+            },
             **self.privileges.kwargs(),
             **(loop_devices() if self.loop else {}),
         )

@@ -196,6 +196,9 @@ class SlurmCluster:
         t0 = time.monotonic()
         self.configure()
         self.controller.exec(["slurmctld"]).check(f"start slurmctld on {self.controller.hostname}")
+        if self.jobns:
+            for n in self.computes:
+                start_helper(n)
         for n in self.computes:
             n.exec(["slurmd"]).check(f"start slurmd on {n.hostname}")
         self.wait_idle(timeout)
@@ -356,6 +359,17 @@ def check_jobns_hooks(node: Node) -> None:
                 f"(root 0755, exec /usr/bin/jobns): {r.stdout}{r.stderr}; is the jobns "
                 "package installed in the image (containers/images.py install_jobns)?"
             )
+
+
+def start_helper(node: Node) -> None:
+    """`jobns helper` on a compute node, before slurmd, as jobns-helper.service starts it
+    on a site's node (the rig has no systemd); its log in /var/log/jobns-helper.log."""
+    node.sh(
+        "setsid /usr/bin/jobns helper </dev/null >>/var/log/jobns-helper.log 2>&1 & "
+        "for i in $(seq 300); do "
+        '[ -f /run/jobns/helper/pid ] && kill -0 "$(cat /run/jobns/helper/pid)" && exit 0; '
+        "sleep 0.02; done; cat /var/log/jobns-helper.log; exit 1"
+    ).check(f"start jobns helper on {node.hostname}")
 
 
 def enable_plugin(node: Node) -> None:

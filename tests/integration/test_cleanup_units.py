@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "jobns" / "hook" / "systemd"
 NAMES = (
     "jobns-boot.service",
+    "jobns-helper.service",
     "jobns-gc.service",
     "jobns-gc.timer",
     "jobns-metrics.service",
@@ -168,3 +169,12 @@ def test_install_python_installed_the_units_and_the_man_page() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "jobns doctor" in r.stdout and "--format" in r.stdout
+
+
+def test_the_helper_unit_runs_the_helper_and_spares_what_it_started() -> None:
+    """jobns-helper.service: `jobns helper`, and a restart kills the helper only (a job's
+    PID namespace init and the release processes are its children's children)."""
+    svc = unit("jobns-helper.service")["Service"]
+    assert shlex.split(svc["ExecStart"])[1:] == ["helper"]
+    assert svc["KillMode"] == "process" and svc["Type"] == "simple"
+    assert "slurmd.service" in unit("jobns-helper.service")["Unit"]["Before"]

@@ -156,11 +156,19 @@ def test_slurms_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert kinds(found) == ["note"] and "jobns gc needs squeue" in found[0][1], found
 
 
-def test_an_enforced_node_is_told_whether_its_prolog_returns_at_once(tmp_path: Path) -> None:
+def test_a_node_is_told_whether_its_prolog_returns_at_once(tmp_path: Path) -> None:
     """tasks-wait (made by slurmd loading the plugin) decides what the packaged prolog
-    does; doctor says which, and how to get the fast one."""
-    [(kind, text)] = doctor.prolog_waits(str(tmp_path))
-    assert kind == doctor.NOTE and "waits for setup" in text and "restart slurmd" in text
+    does, the helper's pid file whether a Python is waiting for the work; doctor says
+    which, how to get the fast one, and that a marker without the plugin is a problem."""
+    marker, helper = doctor.prolog_waits(str(tmp_path), plugin_loaded=True)
+    assert marker[0] == doctor.NOTE and "restart slurmd" in marker[1], marker
+    assert helper[0] == doctor.NOTE and "jobns-helper.service" in helper[1], helper
+    assert len(doctor.prolog_waits(str(tmp_path), plugin_loaded=False)) == 1  # voluntary
     (tmp_path / "tasks-wait").touch()
-    [(kind, text)] = doctor.prolog_waits(str(tmp_path))
-    assert kind == doctor.OK and "returns at once" in text
+    [stale, _] = doctor.prolog_waits(str(tmp_path), plugin_loaded=False)
+    assert stale[0] == doctor.PROBLEM and f"rm {tmp_path}/tasks-wait" in stale[1], stale
+    (tmp_path / "helper").mkdir()
+    (tmp_path / "helper" / "pid").write_text(f"{os.getpid()}\n")
+    marker, helper = doctor.prolog_waits(str(tmp_path), plugin_loaded=True)
+    assert marker[0] == doctor.OK and "returns at once" in marker[1], marker
+    assert helper[0] == doctor.OK and str(os.getpid()) in helper[1], helper

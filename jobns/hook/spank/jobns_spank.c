@@ -138,7 +138,9 @@ static const char *parse_args(int ac, char **av, long *start_wait, char *err, si
  * the node's slurmd has this plugin loaded, so every task waits for its job's setup
  * (read_when_set_up) and the prolog may return before setup is done. slurmd makes it
  * when it loads the plugin (slurm_spank_init in slurmd's context) and removes it when
- * it stops. */
+ * it stops. (Not its pid: slurmd 22.05 loads plugins before it daemonizes. A slurmd
+ * killed without its exit callback leaves the marker: `jobns doctor` finds it when the
+ * plugin is gone from plugstack.conf.) */
 static void mark_tasks_wait(const char *state_dir, int on)
 {
 	struct stat st;
@@ -354,7 +356,7 @@ static int read_when_set_up(const char *state_dir, const char *job, const char *
 			    long start_wait, char *text, int *jobs_out, int *top_out)
 {
 	struct timespec t0, now, pause;
-	long delay_us = 500;
+	long delay_us = 250;
 	int top, jobs, dir, envfd, pending;
 	ssize_t len;
 	char value[64];
@@ -392,20 +394,25 @@ static int read_when_set_up(const char *state_dir, const char *job, const char *
 			int err = errno;
 
 			clock_gettime(CLOCK_MONOTONIC, &now);
+			/* Waited for: a setup under way (its lock), or one yet to record the job
+			 * at all (start_wait). A job recorded here (its directory) whose setup
+			 * is over and left no run.env was never opened to tasks: refused now. */
 			if (!(jobs >= 0 && setup_under_way(jobs, job)) &&
-			    now.tv_sec - t0.tv_sec >= start_wait)
-				refuse("job %s is not set up on this node (%s/run.env: %s after "
-				       "%ld s): its prolog (jobns setup) did not run or failed; "
-				       "see the prolog's log", job, shown, strerror(err), start_wait);
+			    (dir >= 0 || now.tv_sec - t0.tv_sec >= start_wait))
+				refuse("job %s is not set up on this node (%s/run.env: %s): its "
+				       "prolog (jobns setup) did not run or failed; see the prolog's "
+				       "log", job, shown, strerror(err));
 		}
 		for (int i = 0, fds[] = {dir, jobs, top}; i < 3; i++)
 			if (fds[i] >= 0)
 				close(fds[i]);
+		/* Every 1 ms for the first second (a setup takes tens of ms: a longer pause
+		 * would be waited in full after it ends), then every 20 ms (a stage-in). */
 		pause.tv_sec = 0;
 		pause.tv_nsec = delay_us * 1000;
 		nanosleep(&pause, NULL);
-		if (delay_us < 20000)
-			delay_us *= 2;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		delay_us = now.tv_sec - t0.tv_sec >= 1 ? 20000 : delay_us < 1000 ? delay_us * 2 : 1000;
 	}
 	*jobs_out = jobs;
 	*top_out = top;

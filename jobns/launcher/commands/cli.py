@@ -212,6 +212,18 @@ COMMANDS: dict[str, Command] = {
             "and the exit status is 125.",
         ),
         Command(
+            "helper",
+            "jobns.launcher.commands.helper:main",
+            "the resident helper (root): runs the prolog's setups and the epilog's teardowns",
+            [CONFIG],
+            help="Runs until SIGTERM (a systemd service: jobns-helper.service). The packaged "
+            "Slurm prolog and epilog hand it each job through <state_dir>/helper while it "
+            "runs, and start jobns themselves when it does not: it saves each job the "
+            "interpreter's start and jobns's imports (~25 ms for a setup, as much for a "
+            "teardown). Each job runs in a child of its own, as `jobns setup|teardown "
+            "--background` would.",
+        ),
+        Command(
             "recover",
             "jobns.launcher.commands.recover:main",
             "after a crash or restart: finish what was interrupted, by state (root)",

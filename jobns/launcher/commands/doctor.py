@@ -705,21 +705,57 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
     return out
 
 
-def prolog_waits(state_dir: str) -> list[Finding]:
-    """On an enforced node: whether the packaged prolog returns at once (slurmd has
-    loaded the SPANK plugin, which made <state_dir>/tasks-wait) or waits for setup
-    (docs/admin.md "What the prolog and epilog wait for")."""
+def prolog_waits(state_dir: str, plugin_loaded: bool) -> list[Finding]:
+    """Whether the packaged prolog returns at once (slurmd loaded the SPANK plugin, which
+    made <state_dir>/tasks-wait) or waits for setup, and whether the resident helper
+    runs (docs/admin.md "What the prolog and epilog wait for", "The resident helper").
+    plugin_loaded: plugstack.conf loads a jobns SPANK plugin."""
     marker = f"{state_dir}/tasks-wait"
-    if os.path.isfile(marker):
-        return [(OK, f"the prolog returns at once: slurmd loaded the SPANK plugin ({marker})")]
-    return [
-        (
-            NOTE,
-            f"no {marker}: slurmd has not loaded the jobns SPANK plugin since boot, so the "
-            "prolog waits for setup (~40 ms a job); restart slurmd once the plugin is in "
-            "plugstack.conf",
+    out: list[Finding] = []
+    if os.path.exists(marker) and not plugin_loaded:
+        out.append(
+            (
+                PROBLEM,
+                f"{marker} is left by a slurmd that had the jobns SPANK plugin, which "
+                "plugstack.conf no longer loads: the prolog would return before setup and no "
+                f"task would wait for it; fix: rm {marker}",
+            )
         )
-    ]
+    elif os.path.exists(marker):
+        out.append((OK, "the prolog returns at once: slurmd loaded the SPANK plugin"))
+    elif plugin_loaded:
+        out.append(
+            (
+                NOTE,
+                f"no {marker}: slurmd has not loaded the jobns SPANK plugin since it started, "
+                "so the prolog waits for setup (~40 ms a job); restart slurmd",
+            )
+        )
+    helper = _live_pid(f"{state_dir}/helper/pid")
+    if helper:
+        out.append((OK, f"the resident helper runs (pid {helper})"))
+    else:
+        out.append(
+            (
+                NOTE,
+                "the resident helper does not run: each setup and teardown starts Python "
+                "(~25 ms more a job); systemctl enable --now jobns-helper.service",
+            )
+        )
+    return out
+
+
+def _live_pid(path: str) -> int:
+    """The pid in the file at path if that process is alive, else 0."""
+    try:
+        with open(path) as f:
+            pid = int(f.read().strip() or "0")
+        if pid > 0:
+            os.kill(pid, 0)
+            return pid
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _slurm_values_or_none(conf: str) -> dict[str, str] | None:
@@ -1163,8 +1199,11 @@ def check(
     found += slurm(slurm_conf, config.enforce)
     found += scripts_by_name(slurm_conf)
     found += slurm_commands(config, slurm_conf)
+    values = _slurm_values_or_none(slurm_conf)
+    if values is not None:
+        loaded = bool(spank_plugins(plugstack_of(slurm_conf, values)))
+        found += prolog_waits(config.state_dir, loaded)
     if config.enforce:
-        found += prolog_waits(config.state_dir)
         values = _slurm_values_or_none(slurm_conf)
         if values is not None:
             found += slurm_namespace_plugins(values)
