@@ -142,3 +142,21 @@ def test_an_epilog_that_ran_before_the_setup_began_leaves_nothing_set_up(
     late = sandbox.run(["teardown", "--background", "--job-id", "405"])
     assert late.returncode == 0, late.stderr
     assert_clean(sandbox)
+
+
+def test_a_teardown_by_hand_drops_a_stale_epilog_marker(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """An epilog whose own teardown never ran left <id>.ending; the administrator's
+    `jobns teardown` ends the job, and the next setup of that id (a requeue) is a whole
+    setup, not 'the job ended before its setup began'."""
+    alice = users[0]
+    assert sandbox.run(["setup", "--job-id", "407", "--user", alice.name]).returncode == 0
+    (sandbox.state / "jobs" / "407.ending").touch()
+    assert sandbox.run(["teardown", "--job-id", "407"]).returncode == 0
+    assert not (sandbox.state / "jobs" / "407.ending").exists()
+    r = sandbox.run(["setup", "--job-id", "407", "--user", alice.name])
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "closed=" not in run_env(sandbox, "407")
+    assert sandbox.run(["teardown", "--job-id", "407"]).returncode == 0
+    assert_clean(sandbox)

@@ -47,6 +47,7 @@ def test_a_request_still_being_written_waits() -> None:
         ("../7.setup", body(SLURM_JOB_ID="7"), "not a request name"),
         ("7.setup", body(SLURM_JOB_ID="8"), "SLURM_JOB_ID"),
         ("7.setup", body(PATH="/tmp", SLURM_JOB_ID="7"), "not a SLURM"),
+        ("7.setup", body(LD_PRELOAD="/tmp/x.so", SLURM_JOB_ID="7"), "not a SLURM"),
         ("7.setup", b"SLURM_JOB_ID\0" + f"{END}\0".encode(), "not a SLURM"),
     ],
 )
@@ -62,3 +63,10 @@ def test_a_jobs_setup_is_taken_before_its_teardown() -> None:
         "10.setup",
         "10.teardown",
     ]
+
+
+def test_a_name_no_shell_could_export_is_left_out() -> None:
+    r = parse_request(
+        "7.setup", body(SLURM_JOB_ID="7", **{"SLURM-X": "1", "SLURM_" + "A" * 300: "2"})
+    )
+    assert r is not None and set(r.environ) == {"SLURM_JOB_ID"}

@@ -49,7 +49,7 @@ PID = "pid"
 END = "JOBNS_END=1"
 VERBS = ("setup", "teardown")  # setup first: a job's teardown waits on its lock anyway
 _REQUEST_NAME = re.compile(r"([0-9]{1,10})\.(setup|teardown)")
-_VARIABLE = re.compile(r"SLURM[A-Z0-9_]{0,64}")  # what `${!SLURM@}` gives the scripts
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")  # a shell variable's name
 MAX_REQUEST = 1 << 20
 
 # What a setup and a teardown import, on every path: imported once, here.
@@ -111,9 +111,10 @@ def parse_request(name: str, data: bytes) -> Request | None:
     for raw in fields[:-2]:
         text = raw.decode("utf-8", "surrogateescape")
         key, eq, value = text.partition("=")
-        if not eq or _VARIABLE.fullmatch(key) is None:
+        if not eq or not key.startswith("SLURM"):  # `${!SLURM@}` gives no other
             raise JobnsError(f"request {name}: not a SLURM* variable: {key[:40]!r}")
-        environ[key] = value
+        if _VARIABLE.fullmatch(key) is not None:
+            environ[key] = value
     if environ.get("SLURM_JOB_ID") != m.group(1):
         raise JobnsError(f"request {name}: SLURM_JOB_ID is {environ.get('SLURM_JOB_ID')!r}")
     return Request(m.group(2), m.group(1), environ)

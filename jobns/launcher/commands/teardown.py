@@ -55,7 +55,10 @@ def _teardown(opts: Options) -> int:
         raise
     try:
         record = records.load(config.state_dir, job_id)
-        if opts.get("background") and state.ended_by_setup(config.state_dir, job_id):
+        if not opts.get("background"):
+            # By hand: this teardown ends the job; an epilog's marker it finds is stale.
+            state.drop_ending(config.state_dir, job_id)
+        elif state.ended_by_setup(config.state_dir, job_id):
             # A later setup of the id ended the run this epilog was for: a requeued run
             # (its record is its own), or none (the job ended before its setup began).
             if record is None:

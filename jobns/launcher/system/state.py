@@ -505,6 +505,12 @@ def ended_by_setup(state_dir: str, job_id: str) -> bool:
     return taken
 
 
+def drop_ending(state_dir: str, job_id: str) -> None:
+    """A teardown run by hand: the epilog's marker, if one was left (its own teardown
+    never ran), would make the job id's next setup set nothing up."""
+    _unlink_quietly(end_marker(state_dir, job_id, ENDING))
+
+
 def is_set_up(state_dir: str, job_id: str) -> bool:
     """A record exists: a setup owns (or is making) the job's trees on this node."""
     return os.path.exists(f"{job_dir(state_dir, job_id)}/{STATE}")
