@@ -96,13 +96,18 @@ def output(work: Path, job_id: str) -> str:
 
 
 def wait_gone(job_id: str, timeout: float = 60) -> None:
-    """Until Slurm forgot the job and the epilog removed every trace of it."""
+    """Until Slurm forgot the job and the epilog's teardown (it goes on after the epilog
+    returns) removed every trace of it, its lock last."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         q = subprocess.run(
             ["squeue", "-h", "-j", job_id], capture_output=True, text=True, check=False
         )
-        if not q.stdout.strip() and not (STATE / job_id).exists():
+        if (
+            not q.stdout.strip()
+            and not (STATE / job_id).exists()
+            and not (STATE / f"{job_id}.lock").exists()
+        ):
             return
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} still present after {timeout}s")
