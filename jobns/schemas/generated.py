@@ -267,6 +267,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                                     'null']}},
                                                    'type': 'object'},
                                           'ran': {'type': 'boolean'},
+                                          'run': {'pattern': '^[0-9]{0,10}$', 'type': 'string'},
                                           'staging': {'additionalProperties': False,
                                                       'properties': {'link_stdio': {'type': 'boolean'},
                                                                      'movetool': {'type': 'string'},

@@ -18,7 +18,9 @@ loop devices in each node) and ci/slurm/oci.conf for `srun --container`.
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -680,6 +682,11 @@ srun -N1 sh -c 'readlink /proc/self/ns/mnt; echo $TMPDIR'
 """
 
 
+# What a job's tasks are told when the node failed its background setup (the job is
+# then "requeued", or "failed" when Slurm would not requeue it)
+NODE_FAILED = "the node failed to set the job up; it is drained and the job "
+
+
 def requeued(cluster: SlurmCluster, job_id: str) -> bool:
     """Slurm ran the job once and put it back in the queue."""
     r = cluster.controller.exec(["scontrol", "-o", "show", "job", job_id], timeout=10)
@@ -692,8 +699,10 @@ def test_enforced_prolog_returns_at_once_and_tasks_wait_for_setup(
     """docs/admin.md "What the prolog and epilog wait for": slurmd made tasks-wait when it
     loaded the plugin, so the prolog left setup running on its own. A setup made slow by
     a 2 s pre-run program still has every task of the job in its namespace (the plugin
-    waited); a setup that the node fails (pre-run fails) fails the job at once with the
-    reason and drains only that node, through scontrol, with the reason."""
+    waited). A setup that the node fails (pre-run fails) drains only that node, through
+    scontrol, with the reason, and requeues the batch job with the reason in its
+    AdminComment (a job Slurm will not requeue, or one whose batch task ended first,
+    fails instead, its tasks saying why)."""
     node1 = enforced.rig.node("node1")
     for n in enforced.computes:
         n.exec(["test", "-f", "/run/jobns/tasks-wait"]).check("slurmd made tasks-wait")
@@ -714,36 +723,313 @@ def test_enforced_prolog_returns_at_once_and_tasks_wait_for_setup(
             "printf '#!/bin/sh\\nexit 3\\n' > /usr/local/sbin/false-pre-run && "
             "chmod 0755 /usr/local/sbin/false-pre-run"
         ).check("a failing pre-run program")
-        job_id = enforced.sbatch(ALICE, SLOW_JOB, wait=False)
-        deadline = time.monotonic() + 60
-        while (state := enforced.job_state(job_id)[0]) != "FAILED" and not requeued(
-            enforced, job_id
-        ):
-            assert time.monotonic() < deadline, state
-            time.sleep(0.2)
-        if state == "FAILED":
-            text = enforced.output(job_id)
-            assert "this node failed to set the job up" in text, text
-        else:
-            # The drain reached slurmctld before the batch task's failure: Slurm then
-            # requeues the job, as after a failed prolog (24.11 did so once here). The
-            # run it refused is then gc's to finish, as the hourly timer would.
-            enforced.scancel(job_id)
-            while enforced.job_state(job_id)[0] != "CANCELLED":
-                assert time.monotonic() < deadline
+        failed = enforced.sbatch(ALICE, SLOW_JOB, wait=False)
+        try:
+            check_node_failed_setup(enforced, failed)
+        finally:
+            # whatever the verdict, the tests after this one find node1 clean: what jobns
+            # left of the job (nothing, when the test passed) is gc's to end
+            enforced.controller.exec(["scancel", failed], timeout=30)
+            deadline = time.monotonic() + 30
+            while enforced.in_queue(failed) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            node1.exec(["jobns", "gc"]).check("jobns gc")
-        deadline = time.monotonic() + 30
-        while "node1" not in (bad := enforced.unusable()):
-            helper_log = node1.sh("cat /var/log/jobns-helper.log").stdout
-            assert time.monotonic() < deadline, (enforced.node_states(), helper_log)
-            time.sleep(0.2)
-        assert "jobns setup" in bad["node1"] and "node2" not in bad, bad
+            node1.exec(["jobns", "gc"])
     finally:
         node1.sh(f"sed -i '/^\\[lifecycle\\]/,$d' {CONFIG_PATH}").check("restore the config")
         enforced.controller.exec(["scontrol", "update", "NodeName=node1", "State=RESUME"])
     deadline = time.monotonic() + 30
-    while enforced.node_states().get("node1") != "idle":
-        assert time.monotonic() < deadline, enforced.node_states()
+    while left := enforced_leftovers(enforced):  # node1 idle again, nothing left anywhere
+        assert time.monotonic() < deadline, left
         time.sleep(0.2)
+
+
+def check_node_failed_setup(enforced: SlurmCluster, job_id: str) -> None:
+    """The job's setup on node1 failed by the node's fault: node1 (only) is drained with
+    the reason; the job is requeued with the reason in its AdminComment, or FAILED with
+    its tasks saying the node is at fault; and, once it is cancelled, nothing of it is
+    left on any node with no gc."""
+    node1 = enforced.rig.node("node1")
+    deadline = time.monotonic() + 60
+    while (state := enforced.job_state(job_id)[0]) != "FAILED" and not requeued(enforced, job_id):
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
+    text = enforced.output(job_id)
+    helper_log = node1.sh("tail -n 40 /var/log/jobns-helper.log").stdout
+    if state == "FAILED":
+        # the reason reached the batch task before the requeue did (or Slurm did not
+        # requeue it): the tasks say the node is at fault
+        assert NODE_FAILED in text and "(not a problem of the job's)" in text, (text, helper_log)
+    else:
+        # jobns drained node1, then requeued the job: it waits for node1 (-w node1) with
+        # the reason in its AdminComment. Its tasks, if they saw the failure at all
+        # before Slurm killed them, saw the node's fault, never "not set up" (which
+        # says the prolog did not run).
+        show = enforced.controller.exec(["scontrol", "-o", "show", "job", job_id])
+        admin = show.check("scontrol show job").stdout
+        assert "AdminComment=jobns on node1: node failed to set it up: " in admin, admin
+        assert "is not set up on this node" not in text, (text, helper_log)
+        enforced.scancel(job_id)
+        while enforced.job_state(job_id)[0] != "CANCELLED":
+            assert time.monotonic() < deadline, enforced.job_state(job_id)
+            time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while "node1" not in (bad := enforced.unusable()):
+        assert time.monotonic() < deadline, (enforced.node_states(), helper_log)
+        time.sleep(0.2)
+    assert "jobns setup" in bad["node1"] and "node2" not in bad, bad
+    # The run on node1 is over: its epilog tore it down (no gc), drained node or not.
+    deadline = time.monotonic() + 60
+    while left := [ln for ln in enforced_leftovers(enforced) if "Slurm state" not in ln]:
+        assert time.monotonic() < deadline, (
+            left,
+            node1.sh("tail -n 40 /var/log/jobns-helper.log").stdout,
+            enforced.logs(),
+        )
+        time.sleep(0.25)
+
+
+# ------------------------------------------------------- runs of a job (issue 30)
+# The host's Slurm 22.05 has the same tests (tests/e2e/test_slurm_enforced.py); here they
+# run on every release, on two nodes with the resident helper.
+
+
+def in_state_dir(cluster: SlurmCluster, job_ids: list[str]) -> list[str]:
+    """`host: name` of each job directory of job_ids under JOBS on a compute node (the
+    scripts' marks and the locks aside)."""
+    found = []
+    for n in cluster.computes:
+        r = n.sh(f'cd {JOBS} 2>/dev/null && for f in *; do [ -d "$f" ] && echo "$f"; done')
+        found += [f"{n.hostname}: {name}" for name in r.stdout.split() if name in job_ids]
+    return found
+
+
+def job_mounts(cluster: SlurmCluster, job_ids: list[str]) -> list[str]:
+    """`host: mount point` of each mount of job_ids' in a compute node's mount table."""
+    return [
+        f"{n.hostname}: {point}"
+        for n in cluster.computes
+        for point in mountpoints(n)
+        if any(f"job-{j}" in point.split("/") or point.startswith(f"{JOBS}/{j}/") for j in job_ids)
+    ]
+
+
+def wait_file(cluster: SlurmCluster, path: str, job_id: str, timeout: float = 120) -> None:
+    """Until path exists on the shared volume; fails at once when the job ended or a node
+    is drained meanwhile."""
+    deadline = time.monotonic() + timeout
+    while cluster.controller.exec(["test", "-e", path]).exit_code != 0:
+        state = cluster.job_state(job_id)[0]
+        bad = cluster.unusable()
+        if time.monotonic() > deadline or state in FINAL or bad:
+            pytest.fail(
+                f"job {job_id} ({state}): no {path} after {timeout:g}s; Slurm does not use "
+                f"{bad}\n--- job output\n{cluster.output(job_id)}{cluster.logs()}",
+                pytrace=False,
+            )
+        time.sleep(0.2)
+
+
+# squeue's states of a job between its runs
+BETWEEN_RUNS = ("COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+def eligible_now(cluster: SlurmCluster, job_id: str, timeout: float = 120) -> None:
+    """A requeued job may start again only after the credential lifetime (slurmctld sets
+    its begin time so); root's StartTime=now, once the requeue made it PENDING, lets it
+    run at once. Returns once it runs again (or ended)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = cluster.controller.exec(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=10)
+        q = r.stdout.strip()
+        if q == "PENDING":
+            # (it may have started meanwhile: "Job is no longer pending execution")
+            cluster.controller.exec(
+                ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=10
+            )
+        elif r.exit_code == 0 and q not in BETWEEN_RUNS:
+            return
+        assert time.monotonic() < deadline, f"job {job_id} still {q}\n{cluster.logs()}"
+        time.sleep(0.5)
+
+
+def scontrol(cluster: SlurmCluster, *args: str, user: str = "root") -> None:
+    cluster.controller.exec(["scontrol", *args], user=user, timeout=30).check(
+        f"scontrol {' '.join(args)} as {user}"
+    )
+
+
+def test_enforced_jobs_that_end_at_once_leave_nothing_set_up(enforced: SlurmCluster) -> None:
+    """Ten jobs whose launch fails at once (their output file cannot be opened): slurmd
+    runs each epilog right after its prolog returned, before the setup the prolog handed
+    on has run. None may stay set up once Slurm ended it (no job directory, no /dev/shm
+    capacity mounted), and no node drains."""
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--chdir={WORK}",
+        "-o",
+        "/nonexistent/x.out",
+        "--comment=jobns: shm capacity=64MiB",
+        "--wrap",
+        "true",
+    ]
+    ids = []
+    for _ in range(10):
+        r = enforced.controller.exec(argv, user=ALICE, timeout=30).check("sbatch as alice")
+        ids.append(r.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 120
+    while [j for j in ids if enforced.in_queue(j)] or in_state_dir(enforced, ids):
+        bad = enforced.unusable()
+        assert not bad and time.monotonic() < deadline, (
+            [j for j in ids if enforced.in_queue(j)],
+            in_state_dir(enforced, ids),
+            bad,
+            enforced.logs(),
+        )
+        time.sleep(0.25)
+    time.sleep(1)  # a late setup would have set a job up again by now
+    assert in_state_dir(enforced, ids) == []
+    assert job_mounts(enforced, ids) == []
+    assert enforced.unusable() == {}
+    for job_id in ids:
+        state = enforced.job_state(job_id)[0]
+        assert state in FINAL and state != "COMPLETED", (job_id, state)  # its launch failed
+    deadline = time.monotonic() + 30
+    while left := enforced_leftovers(enforced):
+        assert time.monotonic() < deadline, (left, enforced.logs())
+        time.sleep(0.25)
+
+
+SHM_RUNS = """\
+#!/bin/sh
+#SBATCH -N1 -w node1
+df -k --output=size /dev/shm | tail -1 >> {work}/shm-{tag}
+touch {work}/ready-{tag}-${{SLURM_RESTART_COUNT:-0}}
+while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done
+"""
+
+
+def test_enforced_requeue_with_other_options_never_drains_the_node(
+    enforced: SlurmCluster,
+) -> None:
+    """requeuehold, a new comment, release: the job's second run (Slurm's restart count)
+    on the same node asks for other options than its first. The last run is ended and
+    the new one set up as asked: a 32 MiB /dev/shm after a 64 MiB one; no node drains."""
+    tag = uuid.uuid4().hex[:8]
+    script = SHM_RUNS.format(work=WORK, tag=tag)
+    job_id = enforced.sbatch(ALICE, script, "--comment=jobns: shm capacity=64MiB", wait=False)
+    try:
+        wait_file(enforced, f"{WORK}/ready-{tag}-0", job_id)
+        scontrol(enforced, "requeuehold", job_id)
+        scontrol(enforced, "update", f"JobId={job_id}", "Comment=jobns: shm capacity=32MiB")
+        scontrol(enforced, "release", job_id)
+        eligible_now(enforced, job_id)
+        wait_file(enforced, f"{WORK}/ready-{tag}-1", job_id)
+    finally:
+        enforced.controller.exec(["touch", f"{WORK}/gate-{tag}"])
+    state, code = enforced.wait_done(job_id)
+    out = enforced.output(job_id)
+    assert (state, code) == ("COMPLETED", "0:0"), (state, code, out)
+    sizes = enforced.controller.exec(["cat", f"{WORK}/shm-{tag}"]).check("cat shm").stdout
+    assert sizes.split() == [str(64 * 1024), str(32 * 1024)], (sizes, out)
+    assert enforced.unusable() == {}
     assert_no_trace(enforced, job_id)
+
+
+STAGE_OUT_RUNS = """\
+#!/bin/sh
+#SBATCH -N1 -w node1
+echo out-${{SLURM_RESTART_COUNT:-0}} > /tmp/out-{tag}
+touch {work}/ready-{tag}-${{SLURM_RESTART_COUNT:-0}}
+while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done
+"""
+
+
+def record_state(node: Node, job_id: str) -> str | None:
+    """The state of the job's record on the node (`jobns status`), None without one."""
+    r = node.exec(["jobns", "status", "--format", "json"]).check("jobns status")
+    for job in json.loads(r.stdout)["jobs"]:
+        if str(job.get("job_id")) == job_id:
+            return str(job.get("state"))
+    return None
+
+
+def test_enforced_failed_stage_out_and_requeue_never_drain_the_node(
+    enforced: SlurmCluster,
+) -> None:
+    """Her stage-out destination is not writable (her own 0500 directory): the epilog
+    keeps the run in staging-out. Her own `scontrol requeue` then runs a new setup on
+    the same node, which ends the last run first: that fails on her data, so the new run
+    is refused with the reason ("last run") and no node drains. Once she fixed the
+    directory, the administrator's `jobns teardown --job-id N` stages out and nothing
+    is left."""
+    node1 = enforced.rig.node("node1")
+    saved = {n.hostname: n.get_file(CONFIG_PATH) for n in enforced.computes}
+    tag = uuid.uuid4().hex[:8]
+    ro = f"{WORK}/ro-{tag}"
+    for n in enforced.computes:
+        n.sh(f"printf '[staging]\\nstage_roots = [\"{WORK}\"]\\n' >> {CONFIG_PATH}").check(
+            "add a stage root"
+        )
+    enforced.controller.exec(["install", "-d", "-o", ALICE, "-g", ALICE, "-m", "0500", ro]).check(
+        f"mkdir {ro}"
+    )
+    job_id = ""
+    try:
+        job_id = enforced.sbatch(
+            ALICE,
+            STAGE_OUT_RUNS.format(work=WORK, tag=tag),
+            f"--comment=jobns: stage_out source=/tmp/out-{tag} destination={ro}/out",
+            wait=False,
+        )
+        wait_file(enforced, f"{WORK}/ready-{tag}-0", job_id)
+        enforced.controller.exec(["touch", f"{WORK}/gate-{tag}"]).check("open the gate")
+        deadline = time.monotonic() + 60
+        while (kept := record_state(node1, job_id)) != "staging-out":  # the epilog kept it
+            assert time.monotonic() < deadline and not enforced.unusable(), (
+                kept,
+                enforced.job_state(job_id),
+                enforced.unusable(),
+                enforced.output(job_id),
+                node1.sh("tail -n 30 /var/log/jobns-helper.log").stdout,
+            )
+            time.sleep(0.25)
+        enforced.controller.exec(["rm", f"{WORK}/gate-{tag}"]).check("close the gate")
+        assert enforced.unusable() == {}
+        scontrol(enforced, "requeue", job_id, user=ALICE)  # her own
+        eligible_now(enforced, job_id)
+        deadline = time.monotonic() + 120
+        while "was refused" not in (out := enforced.output(job_id)):
+            bad = enforced.unusable()
+            assert not bad and time.monotonic() < deadline, (
+                bad,
+                enforced.job_state(job_id),
+                out,
+                node1.sh("tail -n 30 /var/log/jobns-helper.log").stdout,
+            )
+            time.sleep(0.25)
+        assert "last run" in out, out
+        assert enforced.unusable() == {}
+    finally:
+        if job_id:
+            enforced.controller.exec(["scancel", job_id], timeout=30)
+        enforced.controller.exec(["touch", f"{WORK}/gate-{tag}"])
+        enforced.controller.exec(["chmod", "0700", ro])
+    try:
+        # The administrator's part, once she fixed it: the kept run resumes its stage-out.
+        deadline = time.monotonic() + 60
+        while enforced.in_queue(job_id):
+            assert time.monotonic() < deadline, enforced.job_state(job_id)
+            time.sleep(0.25)
+        r = node1.exec(["jobns", "teardown", "--job-id", job_id])
+        assert r.exit_code == 0, r
+        assert_no_trace(enforced, job_id)
+        staged = enforced.controller.exec(["cat", f"{ro}/out"]).check("cat the staged output")
+        assert staged.stdout == "out-0\n", staged
+        assert enforced.unusable() == {}
+    finally:
+        if job_id:  # (done above when the test passed; a failure leaves the kept run)
+            node1.exec(["jobns", "teardown", "--job-id", job_id])
+        for n in enforced.computes:
+            n.put_file(CONFIG_PATH, saved[n.hostname])
+        enforced.controller.exec(["rm", "-rf", ro])

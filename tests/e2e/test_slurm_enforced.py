@@ -92,7 +92,10 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     (WORK / "work").mkdir()
     (WORK / "work").chmod(0o1777)
     CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG.write_text(f'shared_base = "{WORK}/shared"\nkill_wait = 2\n[slurm]\nenforce = true\n')
+    CONFIG.write_text(
+        f'shared_base = "{WORK}/shared"\nkill_wait = 2\n[slurm]\nenforce = true\n'
+        f'[staging]\nstage_roots = ["{WORK}/work"]\n'
+    )
     CONFIG.chmod(0o644)
     try:
         if request.param == "jobns":
@@ -307,4 +310,167 @@ def test_a_job_not_set_up_by_jobns_does_not_run(mode: str, work: Path, users: li
     assert f"step-ran-{tag}" not in out, out
     assert f"job {job_id} is not set up on this node" in out, out
     wait_gone(job_id)
+    wait_idle()
+
+
+def jobns_records() -> list[str]:
+    """The jobs jobns holds on this node (their directories), marks and locks aside."""
+    return sorted(p.name for p in STATE.iterdir() if p.is_dir()) if STATE.exists() else []
+
+
+def job_shm_mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if "/job-" in line.split()[4]]
+
+
+def scontrol(*args: str) -> None:
+    r = subprocess.run(["scontrol", *args], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def eligible_now(job_id: str) -> None:
+    """A requeued job may start again only after the credential lifetime (1200 s by
+    default: slurmctld's _job_requeue_op sets its begin time so); the administrator's
+    StartTime=now lets it run at once, once the requeue has made it pending."""
+    deadline = time.monotonic() + 120
+    while True:
+        q = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        ).stdout.strip()
+        if q == "PENDING":
+            scontrol("update", f"JobId={job_id}", "StartTime=now")
+        elif q not in ("COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
+            return  # running again (or ended)
+        assert time.monotonic() < deadline, f"job {job_id} still {q}"
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("mode", ["jobns"], indirect=True)
+def test_jobs_that_end_at_once_leave_nothing_set_up(
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
+    """Issue 30, finding 1: ten jobs whose launch fails at once (their output file cannot
+    be opened), so slurmd runs each epilog milliseconds after its prolog returned. None
+    may stay set up after Slurm ended it (before: 1 to 5 of 10 kept their /dev/shm
+    capacity mounted until the next gc), and the node stays idle."""
+    alice = users[0]
+    ids = []
+    for _ in range(10):
+        r = subprocess.run(
+            [
+                "su",
+                alice.name,
+                "-c",
+                "sbatch --parsable -o /nonexistent/x.out "
+                "'--comment=jobns: shm capacity=64MiB' --wrap true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert r.returncode == 0, r.stderr
+        ids.append(r.stdout.strip().split(";")[0])
+    for job_id in ids:
+        wait_gone(job_id, timeout=120)
+    time.sleep(1)  # a late setup would have set a job up again by now
+    assert [j for j in jobns_records() if j in ids] == []
+    assert [m for m in job_shm_mounts() if any(f"job-{j}" in m for j in ids)] == []
+    wait_idle()
+
+
+@pytest.mark.parametrize("mode", ["jobns"], indirect=True)
+def test_her_requeue_with_other_options_never_drains_the_node(
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
+    """Issue 30, finding 1: requeuehold, a new comment, release: the job's second run asks
+    for other options than its first. It is a new run (Slurm's restart count): the last
+    run is ended and the new one set up as asked (before: "it is already set up on this
+    node with other options" drained the node)."""
+    alice = users[0]
+    tag = uuid.uuid4().hex[:8]
+    script = (
+        "df -k --output=size /dev/shm | tail -1 >> "
+        f"{work}/shm-{tag}\ntouch {work}/ready-{tag}-$SLURM_RESTART_COUNT\n"
+        f"while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done\n"
+    )
+    job_id = sbatch(alice, work, script, "--comment=jobns: shm capacity=64MiB", wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(work.glob(f"ready-{tag}-*")):
+            assert time.monotonic() < deadline, output(work, job_id)
+            time.sleep(0.1)
+        scontrol("requeuehold", job_id)
+        scontrol("update", f"JobId={job_id}", "Comment=jobns: shm capacity=32MiB")
+        scontrol("release", job_id)
+        eligible_now(job_id)
+        wait_for(work / f"ready-{tag}-1", job_id, work)
+    finally:
+        (work / f"gate-{tag}").touch()
+    wait_gone(job_id, timeout=120)
+    sizes = (work / f"shm-{tag}").read_text().split()
+    assert sizes == [str(64 * 1024), str(32 * 1024)], sizes
+    wait_idle()
+
+
+@pytest.mark.parametrize("mode", ["jobns"], indirect=True)
+def test_her_failed_stage_out_and_requeue_never_drain_the_node(
+    mode: str, work: Path, users: list[OsUser]
+) -> None:
+    """Issue 30, finding 2: her stage-out destination is not writable (her own 0500
+    directory), so the epilog keeps the job in staging-out; her `scontrol requeue` then
+    runs a new setup, which ends the last run first. That failure is hers: the new run
+    is refused with the reason and the node stays in service (before: drained). Once
+    she fixes the directory, the next epilog stages out and nothing is left."""
+    alice = users[0]
+    tag = uuid.uuid4().hex[:8]
+    ro = work / f"ro-{tag}"
+    ro.mkdir(mode=0o500)
+    os.chown(ro, alice.uid, alice.gid)
+    script = (
+        f"echo out-${{SLURM_RESTART_COUNT:-0}} > /tmp/out-{tag}\n"
+        f"touch {work}/ready-{tag}-${{SLURM_RESTART_COUNT:-0}}\n"
+        f"while [ ! -e {work}/gate-{tag} ]; do sleep 0.1; done\n"
+    )
+    comment = f"--comment=jobns: stage_out source=/tmp/out-{tag} destination={ro}/out"
+    job_id = sbatch(alice, work, script, comment, wait=False)
+    try:
+        wait_for(work / f"ready-{tag}-0", job_id, work)
+        (work / f"gate-{tag}").touch()
+        deadline = time.monotonic() + 60
+        while True:  # the epilog keeps run 0 in staging-out
+            r = subprocess.run([JOBNS, "status"], capture_output=True, text=True, check=False)
+            if job_id in r.stdout and "staging-out" in r.stdout:
+                break
+            assert time.monotonic() < deadline, r.stdout + r.stderr
+            time.sleep(0.2)
+        (work / f"gate-{tag}").unlink()
+        r = subprocess.run(
+            ["su", alice.name, "-c", f"scontrol requeue {job_id}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert r.returncode == 0, r.stderr
+        eligible_now(job_id)
+        deadline = time.monotonic() + 120
+        while "was refused" not in output(work, job_id):
+            assert node_state() not in ("drain", "drng"), output(work, job_id)
+            assert time.monotonic() < deadline, output(work, job_id)
+            time.sleep(0.2)
+        assert "last run" in output(work, job_id), output(work, job_id)
+        assert node_state() not in ("drain", "drng")
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+        (work / f"gate-{tag}").touch()
+        ro.chmod(0o700)
+    # The administrator's part, once she fixed it: the kept run resumes its stage-out.
+    deadline = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    r = subprocess.run([JOBNS, "teardown", "--job-id", job_id], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    wait_gone(job_id, timeout=120)
+    assert (ro / "out").read_text() == "out-0\n"
     wait_idle()

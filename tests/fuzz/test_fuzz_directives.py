@@ -17,10 +17,13 @@ from jobns.launcher.model.directives import (
     MAX_BYTES,
     PATH_MAX,
     STOP,
+    VERBS,
+    DirectiveError,
     Directives,
     NodeCount,
     Symbols,
     check_word,
+    comment_directives,
     confine,
     normalise,
     parse_capacity,
@@ -30,11 +33,12 @@ from jobns.launcher.model.directives import (
     round_up,
     substitute,
 )
-from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError, UserError
 from tests.fuzz.support import (
     NUMBERS,
     capacity_text,
     check_message,
+    comment_text,
     directives_text,
     fuzz,
     hostile_text,
@@ -204,11 +208,102 @@ def test_parse_directives(
     if isinstance(got, JobnsError):
         return
     check_directives(got, granularity)
+    check_nothing_dropped(text, word)
     for s in (*got.stage_in, *got.stage_out):
         resolved = outcome(s.resolve, syms, allowed, allowed)
         if isinstance(resolved, tuple):
             for path in resolved:
                 check_confined(path, allowed)
+
+
+_KEYS_OF = {
+    "shm": {"capacity"},
+    "tmp": {"capacity"},
+    "shared_tmpdir": set(),
+    "no_rm_tmpdir": set(),
+    "stage_in": {"source", "destination"},
+    "stage_out": {"source", "destination"},
+}
+
+
+def check_nothing_dropped(text: str, word: str) -> None:
+    """An accepted --directives string used every word it holds (issue 30, finding 7):
+    a known verb, then only its own keys with a value, a lone '\\\\' marker, or a trailing
+    comment that is not another directive. Anything else must have rejected the job."""
+    prefix = "#" + word
+    for item in re.split(r"[\n;]", text):
+        words = item.split()
+        if words and words[0] == prefix:
+            words = words[1:]
+        if not words or words[0].startswith("#"):
+            continue  # blank, or '#JOBNS # a comment'
+        verb, _, _ = words[0].partition("=")
+        assert verb in VERBS, f"{item!r} accepted"
+        for token in words[1:]:
+            if token.startswith("#"):
+                assert token.lower() != prefix.lower(), f"{item!r} accepted"
+                break
+            key, eq, value = token.partition("=")
+            assert token == STOP or (eq and value and key in _KEYS_OF[verb]), (
+                f"{token!r} of {item!r} accepted"
+            )
+
+
+_CANONICAL = {spelling: unit for unit in _SIZE_UNITS for spelling in (unit, unit.lower())}
+
+
+@fuzz()
+@given(
+    number=st.one_of(st.integers(1, 10**6).map(str), st.sampled_from(["1.5", "0.25", "007"])),
+    unit=st.sampled_from(sorted(_CANONICAL)),
+    space=st.sampled_from([" ", "  ", "\t", "\u00a0", "\u3000"]),
+    verb=st.sampled_from(["shm", "tmp"]),
+)
+def test_a_size_with_a_space_is_refused(number: str, unit: str, space: str, verb: str) -> None:
+    """'capacity=2 GiB' never becomes 2 bytes: it is refused with the spelling to use."""
+    tried("directives.spaced_size")
+    comment = f"jobns: {verb} capacity={number}{space}{unit}"
+    text = comment_directives(comment)
+    assert text is not None
+    got = outcome(parse_directives, text, source="--comment")
+    assert isinstance(got, DirectiveError), f"{comment!r} accepted"
+    fixed = number + _CANONICAL[unit]
+    assert str(got).startswith("--comment item 1: "), got
+    assert str(got).endswith(f"has a space inside; write {'capacity=' + fixed!r}"), got
+
+
+@fuzz()
+@given(comment=comment_text(), word=WORDS)
+def test_comment_directives(comment: str, word: str) -> None:
+    """The comment's directive text, None for an ordinary comment, or a UserError."""
+    tried("directives.comment_directives")
+    got = outcome(comment_directives, comment, word)
+    if isinstance(got, JobnsError):
+        # A bad directive word is the site's; anything else refuses only the user's job.
+        assert isinstance(got, UserError) or "directive word" in str(got), got
+        return
+    if got is None:
+        assert not re.search(r"(?<![A-Za-z0-9_])jobns:", comment), comment
+        return
+    assert "jobns:" in comment and len(got) < len(comment)
+    check_word(word)
+    parsed = outcome(parse_directives, got, word, 1, "--comment")
+    if isinstance(parsed, DirectiveError) and parsed.lineno is not None:
+        assert str(parsed).startswith(f"--comment item {parsed.lineno}: "), parsed
+
+
+@fuzz()
+@given(
+    ordinary=st.text(max_size=40).filter(lambda t: "jobns" not in t.lower()),
+    directives=st.one_of(st.just(""), st.text(max_size=40)),
+)
+def test_comments_without_jobns_are_ordinary(ordinary: str, directives: str) -> None:
+    """No comment without the letters 'jobns' in a row is ever taken for jobns's, and
+    after 'jobns:' the text is handed on as it is."""
+    tried("directives.comment_ordinary")
+    assert comment_directives(ordinary) is None
+    if "jobns" not in directives.lower():
+        assert comment_directives(f"{ordinary} jobns:{directives}") == directives
 
 
 @fuzz()

@@ -13,10 +13,10 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.lifecycle.lifecycle import COMMENT_PREFIX, gather_directives
+from jobns.launcher.lifecycle.lifecycle import gather_directives
 from jobns.launcher.model import capacity, staging
 from jobns.launcher.model.config import Config
-from jobns.launcher.model.directives import Directives
+from jobns.launcher.model.directives import Directives, comment_directives
 from jobns.launcher.model.inputs import Options, Request, kill_wait_from, net_from
 from jobns.launcher.model.job import (
     LAYOUTS,
@@ -190,7 +190,8 @@ def request(box: FuzzBox, config: Config, opts: Options, environ: dict[str, str]
     has_any = bool(
         opts.get("script")
         or opts.get("directives")
-        or COMMENT_PREFIX in environ.get("SLURM_JOB_COMMENT", "")
+        or comment_directives(environ.get("SLURM_JOB_COMMENT", ""), config.directive_word)
+        is not None
     )
     assert (directives is None) == (not has_any)
     assert directives is None or isinstance(directives, Directives)

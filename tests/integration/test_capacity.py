@@ -214,13 +214,47 @@ def test_invalid_capacities_refuse_the_job_naming_the_line(
     assert_refused(sandbox, "c4", users[0], r, needle)
 
 
-def test_unknown_keys_warn_and_the_rest_applies(sandbox: Sandbox, users: list[OsUser]) -> None:
-    r = setup_with(sandbox, "c5", users[0], "shm capacity=1MiB pool=fast", "frob x=1")
-    assert r.returncode == 0, r.stderr
-    assert "unknown key 'pool' for shm is ignored" in r.stderr
-    assert "unknown directive 'frob' is ignored" in r.stderr
-    assert fs_size(sandbox.shm / "job-c5") == MI
-    teardown(sandbox, "c5")
+def test_unknown_keys_and_directives_refuse_the_job(sandbox: Sandbox, users: list[OsUser]) -> None:
+    """Issue 30, finding 7: a key or a directive jobns does not know would have run the job
+    otherwise than she wrote (a misspelt `capcity` gave the default): it refuses the job,
+    naming the line (before: a warning in the prolog's log only)."""
+    alice = users[0]
+    r = setup_with(sandbox, "c5", alice, "shm capacity=1MiB pool=fast")
+    assert_refused(sandbox, "c5", alice, r, "unknown key 'pool' for shm")
+    r = setup_with(sandbox, "c5b", alice, "frob x=1")
+    assert_refused(sandbox, "c5b", alice, r, "'frob'")
+
+
+def test_a_size_with_a_space_refuses_the_job(sandbox: Sandbox, users: list[OsUser]) -> None:
+    """Issue 30, finding 7: `--comment "jobns: shm capacity=2 GiB"` gave a 4 KiB /dev/shm
+    with a warning only in the prolog's log; now the job is refused with the fix, and
+    the error names the comment, where she wrote it."""
+    alice = users[0]
+    r = sandbox.run(
+        ["setup", "--job-id", "c5c", "--user", alice.name],
+        env={"SLURM_JOB_COMMENT": "jobns: shm capacity=2 GiB"},
+    )
+    assert_refused(sandbox, "c5c", alice, r, "capacity=2GiB")
+    assert "--comment" in r.stderr, r.stderr
+
+
+def test_a_comment_meant_for_jobns_without_its_colon_refuses_the_job(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """Issue 30, finding 7: `jobns shm capacity=1MiB` (no colon) was ignored without a
+    word; an ordinary comment that mentions jobns still is."""
+    alice = users[0]
+    r = sandbox.run(
+        ["setup", "--job-id", "c5d", "--user", alice.name],
+        env={"SLURM_JOB_COMMENT": "jobns shm capacity=1MiB"},
+    )
+    assert_refused(sandbox, "c5d", alice, r, "jobns:")
+    r = sandbox.run(
+        ["setup", "--job-id", "c5e", "--user", alice.name],
+        env={"SLURM_JOB_COMMENT": "testing jobns today"},
+    )
+    assert r.returncode == 0 and "refused" not in r.stderr, r.stderr
+    teardown(sandbox, "c5e")
     assert_clean(sandbox)
 
 

@@ -32,13 +32,17 @@ class Node:
         self.so = root / "jobns_spank.so"
         subprocess.run([str(REPO / "ci" / "build-spank"), "--output", str(self.so)], check=True)
         self.plugstack = root / "plugstack.conf"
-        self.plugstack.write_text(f"required {self.so}\n")
+        self.plugstack.write_text(self.plugin_line())
         self.slurm_conf = root / "slurm.conf"
         self.write_slurm_conf()
         box.write_config(extra="[slurm]\nenforce = true\n")  # plugstack loads the plugin
         self.cdi = root / "cdi"
         self.cdi.mkdir(mode=0o755)
         (self.cdi / "jobns-1.json").write_text("{}\n")
+
+    def plugin_line(self, state_dir: object = None) -> str:
+        """The plugstack.conf line, with the config's state_dir (doctor compares them)."""
+        return f"required {self.so} state_dir={state_dir or self.box.state}\n"
 
     def write_slurm_conf(self, prolog: str | None = None, epilog: bool = True) -> None:
         lines = [f"Prolog={prolog or self.prolog}", f"PlugStackConfig={self.plugstack}"]
@@ -161,12 +165,49 @@ def test_a_state_dir_without_acls(node: Node) -> None:
                 f'state_dir = "{node.box.state}"', f'state_dir = "{mnt}/state"'
             )
         )
+        node.plugstack.write_text(node.plugin_line(f"{mnt}/state"))
         code, problems, lines = node.doctor()
         assert code == 125 and len(problems) == 1, lines
         assert "refuses POSIX ACLs" in problems[0] and f"state_dir {mnt}/state" in problems[0]
         assert os.listdir(mnt) == []  # the probe file is gone again
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_state_dir_the_packaged_scripts_do_not_name(node: Node) -> None:
+    """Issue 30, finding 5: state_dir moved in jobns.toml only, the packaged prolog and
+    epilog still saying STATE_DIR=/run/jobns. doctor said "this node is ready", and
+    every job then waited 60 s and failed. Now it is a problem naming each file with
+    its value and the edit; after that edit the node is ready."""
+    box = node.box
+    for path, name in ((node.prolog, "prolog"), (node.epilog, "epilog")):
+        path.write_text((REPO / "ci" / "slurm" / name).read_text())  # as installed
+        path.chmod(0o755)
+    code, problems, lines = node.doctor()
+    assert code == 125 and len(problems) == 1, lines
+    for needle in (
+        f"{box.state} in {box.config} (state_dir)",
+        f"{box.state} in {node.plugstack} (the SPANK plugin's state_dir=)",
+        f"/run/jobns in {node.prolog} (STATE_DIR)",
+        f"/run/jobns in {node.epilog} (STATE_DIR)",
+        f"fix: STATE_DIR={box.state} in {node.prolog} and {node.epilog}",
+    ):
+        assert needle in problems[0], (needle, problems)
+    assert lines[-1] == "jobns doctor: 1 problem(s) to fix before this node runs jobs"
+    for path in (node.prolog, node.epilog):
+        path.write_text(path.read_text().replace("STATE_DIR=/run/jobns", f"STATE_DIR={box.state}"))
+    code, problems, lines = node.doctor()
+    assert (code, problems) == (0, []), lines
+    assert f"ok: state_dir {box.state} is the same in {box.config} (state_dir), " in "\n".join(
+        lines
+    )
+    assert lines[-1] == "jobns doctor: this node is ready"
+    # The plugin's line left behind instead.
+    node.plugstack.write_text(node.plugin_line("/run/jobns"))
+    code, problems, lines = node.doctor()
+    assert code == 125 and len(problems) == 1, lines
+    fix = f"fix: state_dir={box.state} on the jobns_spank.so line of {node.plugstack}"
+    assert fix in problems[0], problems
 
 
 def test_the_configured_cdi_directory_is_checked(node: Node) -> None:
@@ -231,7 +272,7 @@ def test_a_dirs_base_the_job_user_cannot_enter(node: Node, users: list[OsUser]) 
     assert as_slurmd(box, "teardown", "d2", alice).returncode == 0
     # Enforced, root makes the namespace: 0700 is fine, and doctor says nothing.
     top.chmod(0o700)
-    node.plugstack.write_text(f"required {node.so}\n")
+    node.plugstack.write_text(node.plugin_line())
     box.write_config(extra="[slurm]\nenforce = true\n" + entry)
     code, problems, lines = node.doctor()
     assert (code, problems) == (0, []), lines

@@ -110,6 +110,7 @@ def test_without_the_helper_the_scripts_start_jobns_and_it_takes_what_was_left(
     body = b"".join(f"{k}={v}\0".encode() for k, v in env.items()) + b"JOBNS_END=1\0"
     left = sandbox.state / "helper" / "requests" / "703.setup"
     left.write_bytes(body)
+    (sandbox.state / "jobs" / "703.setup").write_text("0\n")  # the prolog's mark, first
     (sandbox.state / "helper" / "requests" / "704.setup").write_bytes(b"SLURM_JOB_ID=9\0")
     (sandbox.state / "helper" / "requests" / "junk").write_bytes(b"x")
     again = start_helper(sandbox)
@@ -146,3 +147,57 @@ def test_a_user_can_neither_hand_the_helper_a_job_nor_ring_it(
         assert r.returncode != 0 and "Permission denied" in r.stderr, (target, r.stderr)
     assert not Path(top / "requests" / "1.setup").exists()
     assert helper.poll() is None and os.path.exists(top / "pid")
+
+
+def test_a_setup_and_its_epilogs_teardown_in_one_scan_leave_nothing_set_up(
+    sandbox: Sandbox, users: list[OsUser], helper: subprocess.Popen[str]
+) -> None:
+    """Issue 30, finding 1 with the helper busy: each job's prolog and epilog hand their
+    requests over while the helper is stopped, so it takes both in one scan and forks
+    them together. The job's lock and the prolog's mark order them, not the forks: no
+    job is left set up after its epilog (before: 3 of 5 were)."""
+    alice = users[0]
+    helper.send_signal(signal.SIGSTOP)
+    jobs = [str(n) for n in range(720, 725)]
+    for job in jobs:
+        for verb in ("setup", "teardown"):
+            r = as_slurmd(sandbox, verb, job, alice, comment="jobns: shm capacity=1MiB")
+            assert r.returncode == 0 and r.stderr == "", r.stderr
+    requests = sandbox.state / "helper" / "requests"
+    assert len(list(requests.iterdir())) == 2 * len(jobs)
+    helper.send_signal(signal.SIGCONT)
+    wait_until("every request taken", lambda: not any(requests.iterdir()))
+    wait_until("every job gone", lambda: all(gone(sandbox, job) for job in jobs))
+    time.sleep(0.5)  # a late setup would have set a job up again by now
+    assert [j for j in jobs if (sandbox.state / "jobs" / j).exists()] == []
+    assert own_mounts(sandbox) == []
+    assert sorted(os.listdir(sandbox.state / "jobs")) == []
+
+
+def test_a_request_whose_fork_fails_stays_for_the_next_scan(
+    sandbox: Sandbox, users: list[OsUser], helper: subprocess.Popen[str]
+) -> None:
+    """The helper takes a request only once the job's child exists. A real fork failure:
+    the helper alone in a pids cgroup whose limit it already reaches (EAGAIN); the
+    request stays, and once the limit is lifted the next scan sets the job up."""
+    alice = users[0]
+    group = Path(f"/sys/fs/cgroup/pids/jobns-test-{os.getpid()}")
+    if not Path("/sys/fs/cgroup/pids").is_dir():
+        pytest.skip("no pids cgroup controller (cgroup v1 pids) on this machine")
+    group.mkdir()
+    try:
+        (group / "cgroup.procs").write_text(str(helper.pid))
+        (group / "pids.max").write_text("1")
+        r = as_slurmd(sandbox, "setup", "730", alice)
+        assert r.returncode == 0, r.stderr
+        request = sandbox.state / "helper" / "requests" / "730.setup"
+        time.sleep(0.5)
+        assert request.exists() and not set_up(sandbox, "730")
+        (group / "pids.max").write_text("max")
+        wait_until("the next scan's setup", lambda: set_up(sandbox, "730"), timeout=20)
+        assert not request.exists()
+    finally:
+        (Path("/sys/fs/cgroup/pids") / "cgroup.procs").write_text(str(helper.pid))
+        group.rmdir()
+    assert as_slurmd(sandbox, "teardown", "730", alice).returncode == 0
+    wait_until("teardown", lambda: gone(sandbox, "730"))

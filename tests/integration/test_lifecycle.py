@@ -140,8 +140,10 @@ def site(sandbox: Sandbox, users: list[OsUser]) -> Iterator[Site]:
         arc.close()
 
 
-def stopped_in(pgid: int) -> bool:
-    """Some process of the group is stopped (our pause hook, or a blocked tool)."""
+def stopped_in(sid: int) -> bool:
+    """Some process of the session is stopped (our pause hook, or a blocked tool). The
+    session, not the process group: a staging worker has a group of its own (root kills
+    it whole at [staging] timeout)."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -150,7 +152,7 @@ def stopped_in(pgid: int) -> bool:
                 fields = f.read().rsplit(") ", 1)[1].split()
         except (FileNotFoundError, IndexError, ProcessLookupError):
             continue
-        if int(fields[2]) == pgid and fields[0] == "T":
+        if int(fields[3]) == sid and fields[0] == "T":
             return True
     return False
 
@@ -177,9 +179,10 @@ def kill_when_paused(
     else:
         os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    # Its worker and programs are in the group too: wait until they are all gone.
+    # Its worker and programs are in the session too (a worker in a group of its own dies
+    # with jobns: its parent-death signal): wait until they are all gone.
     deadline = time.monotonic() + 20
-    while any(_pgid(int(n)) == p.pid for n in os.listdir("/proc") if n.isdigit()):
+    while any(_session(int(n)) == p.pid for n in os.listdir("/proc") if n.isdigit()):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert p.stdout is not None and p.stderr is not None
@@ -187,10 +190,10 @@ def kill_when_paused(
     p.stderr.close()
 
 
-def _pgid(pid: int) -> int | None:
+def _session(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(") ", 1)[1].split()[2])
+            return int(f.read().rsplit(") ", 1)[1].split()[3])
     except (FileNotFoundError, IndexError, ProcessLookupError):
         return None
 

@@ -125,7 +125,7 @@ def test_failures_and_refusals_are_logged(
     assert warnings[0][1:4] == ("setup", "L3", users[0].name)
     assert lines[-1][4] == "done"
     assert sandbox.run(["teardown", "--job-id", "L3"]).returncode == 0
-    # A directive jobns does not know is warned about (and ignored, as Slurm does).
+    # A directive jobns does not know refuses the job, which is logged as a warning.
     r = sandbox.run(
         ["setup", "--job-id", "L7", "--user", users[0].name, "--directives", "frobnicate x=1"],
         env=env(syslog),

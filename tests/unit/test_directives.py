@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from jobns.launcher.model.directives import (
     MAX_BYTES,
     NO_ARRAY_TASK_ID,
+    CommentError,
     DirectiveError,
     Directives,
     NodeCount,
     Stage,
     Symbols,
     check_word,
+    comment_directives,
     confine,
     normalise,
     parse_capacity,
@@ -28,7 +30,7 @@ from jobns.launcher.model.directives import (
     round_up,
     substitute,
 )
-from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError, UserError
 
 BS2 = "\\\\"  # the two-backslash "stop processing" marker, as typed in a script
 
@@ -278,7 +280,7 @@ def test_directives_after_first_command_are_not_applied_but_warned() -> None:
     assert parsed.shm_capacity is None
     assert parsed.stage_in == []
     assert len(parsed.warnings) == 2
-    assert parsed.warnings[0].startswith("line 4: '#JOBNS shm capacity=1G': directive after")
+    assert parsed.warnings[0].startswith("script line 4: '#JOBNS shm capacity=1G': directive after")
 
 
 def test_invalid_directive_after_the_header_does_not_reject() -> None:
@@ -311,13 +313,35 @@ def test_other_directive_words_are_ignored_silently() -> None:
     assert parsed == Directives()
 
 
-def test_near_misses_are_warned() -> None:
+def test_near_misses_after_the_header_are_warned() -> None:
+    # After the first command (a here-document may write another job's script) only a warning.
     parsed = parse_script(
-        script("#!/bin/sh", "  #JOBNS tmp capacity=1G", "#jobns shm capacity=1G", "true")
+        script("#!/bin/sh", "true", "  #JOBNS tmp capacity=1G", "#jobns shm capacity=1G")
     )
     assert parsed.tmp_capacity is None and parsed.shm_capacity is None
-    assert "indented" in parsed.warnings[0] and parsed.warnings[0].startswith("line 2:")
-    assert "case-sensitive" in parsed.warnings[1] and parsed.warnings[1].startswith("line 3:")
+    assert parsed.warnings == [
+        "script line 3: '  #JOBNS tmp capacity=1G': indented directive is ignored; start it "
+        "in column 1 (and move it above the first command)",
+        "script line 4: '#jobns shm capacity=1G': directive word is case-sensitive; this line "
+        "is ignored, write #JOBNS (and move it above the first command)",
+    ]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("  #JOBNS tmp capacity=1G",
+     "script line 2: '  #JOBNS tmp capacity=1G': indented directive is not applied; start it "
+     "in column 1"),
+    ("#jobns shm capacity=1G",
+     "script line 2: '#jobns shm capacity=1G': directive word is case-sensitive; this line is "
+     "not applied, write #JOBNS"),
+    ("\t#Jobns", "script line 2: '\\t#Jobns': directive word is case-sensitive; this line is "
+     "not applied, write #JOBNS"),
+])  # fmt: skip
+def test_near_misses_in_the_header_reject_the_job(line: str, message: str) -> None:
+    # In the header only comments live: such a line can only be meant as a directive.
+    with pytest.raises(DirectiveError) as info:
+        parse_script(script("#!/bin/sh", line, "true"))
+    assert str(info.value) == message
 
 
 def test_custom_directive_word() -> None:
@@ -376,37 +400,96 @@ def test_several_stages_keep_their_order() -> None:
     assert [(s.source, s.destination) for s in parsed.stage_in] == [("/a", "/b"), ("/c", "/d")]
 
 
-def test_unknown_keys_are_warned_and_ignored() -> None:
-    parsed = parse_script(
-        script(
-            "#JOBNS stage_in type=file source=/a destination=/b",
-            "#JOBNS tmp capacity=1G pool=fast",
-            "#JOBNS no_rm_tmpdir hurry",
-        )
-    )
-    assert parsed.tmp_capacity == GI
-    assert parsed.stage_in[0].source == "/a"
-    assert parsed.no_rm_tmpdir is True
-    assert parsed.warnings == [
-        "line 1: '#JOBNS stage_in type=file source=/a destination=/b': unknown key 'type' "
-        "for stage_in is ignored",
-        "line 2: '#JOBNS tmp capacity=1G pool=fast': unknown key 'pool' for tmp is ignored",
-        "line 3: '#JOBNS no_rm_tmpdir hurry': unknown key 'hurry' for no_rm_tmpdir is ignored",
-    ]
+KNOWN = "known: shm, tmp, shared_tmpdir, no_rm_tmpdir, stage_in, stage_out"
 
 
-def test_unknown_verbs_are_warned_and_ignored() -> None:
-    parsed = parse_script(script("#JOBNS frobnicate level=3", "#JOBNS SHM capacity=1G"))
-    assert parsed.shm_capacity is None
-    assert parsed.present is True
-    assert parsed.warnings[0].startswith(
-        "line 1: '#JOBNS frobnicate level=3': unknown directive 'frobnicate' is ignored"
+@pytest.mark.parametrize(("line", "problem"), [
+    # Each of these once ran the job otherwise than written, with a warning in the
+    # prolog's log at most (issue 30, finding 7).
+    ("#JOBNS stage_in type=file source=/a destination=/b",
+     "unknown key 'type' for stage_in; write '#JOBNS stage_in source=PATH destination=PATH'"),
+    ("#JOBNS tmp capacity=1G pool=fast",
+     "unknown key 'pool' for tmp; write '#JOBNS tmp capacity=SIZE'"),
+    ("#JOBNS shm Capacity=1G",
+     "unknown key 'Capacity' for shm (keys are case-sensitive: did you mean 'capacity'?); "
+     "write '#JOBNS shm capacity=SIZE'"),
+    ("#JOBNS no_rm_tmpdir x=1",
+     "unknown key 'x' for no_rm_tmpdir; no_rm_tmpdir takes no options"),
+    ("#JOBNS no_rm_tmpdir hurry",
+     "unexpected word 'hurry'; write '#JOBNS no_rm_tmpdir'"),
+    ("#JOBNS shm capacity=2GiB extra",
+     "unexpected word 'extra'; write '#JOBNS shm capacity=SIZE'"),
+    ("#JOBNS shm =2GiB",
+     "'=2GiB' has no key before '='; write '#JOBNS shm capacity=SIZE'"),
+    ("#JOBNS frobnicate level=3", f"unknown directive 'frobnicate'; {KNOWN}"),
+    ("#JOBNS SHM capacity=1G",
+     f"unknown directive 'SHM' (directives are case-sensitive: did you mean 'shm'?); {KNOWN}"),
+    ("#JOBNS shared_tmpdir per-node",
+     "unexpected word 'per-node'; write 'shared_tmpdir=per-node'"),
+    ("#JOBNS shm capacity=1G tmp capacity=2G",
+     "'tmp' starts another directive; put each directive on a line of its own"),
+    ("#JOBNS shm capacity=1G #JOBNS tmp capacity=2G",
+     "a second #JOBNS directive inside this one is not applied; put each directive on a line "
+     "of its own"),
+    ("#JOBNS shm capacity=1G #jobns tmp capacity=2G",
+     "a second #JOBNS directive inside this one is not applied; put each directive on a line "
+     "of its own"),
+    ("#JOBNS stage_in source=/my data destination=/tmp/x",
+     "unexpected word 'data' after source=: a path cannot contain spaces; write '#JOBNS "
+     "stage_in source=PATH destination=PATH'"),
+])  # fmt: skip
+def test_what_would_run_otherwise_rejects_the_job(line: str, problem: str) -> None:
+    with pytest.raises(DirectiveError) as info:
+        parse_script(script("#!/bin/sh", line, "true"))
+    assert str(info.value) == f"script line 2: {line!r}: {problem}"
+    assert info.value.problem == problem
+
+
+@pytest.mark.parametrize(("capacity", "problem"), [
+    ("2 GiB", "capacity '2 GiB' has a space inside; write 'capacity=2GiB'"),
+    ("2 gib", "capacity '2 gib' has a space inside; write 'capacity=2GiB'"),
+    ("1.5 G", "capacity '1.5 G' has a space inside; write 'capacity=1.5G'"),
+    ("2G iB", "capacity '2G iB' has a space inside; write 'capacity=2GiB'"),
+    ("2 000", "capacity '2 000' has a space inside; write 'capacity=2000'"),
+    ("2\u00a0GiB", "capacity '2 GiB' has a space inside; write 'capacity=2GiB'"),  # pasted NBSP
+    ("2 Gigabytes", "unexpected word 'Gigabytes'; write '#JOBNS shm capacity=SIZE'"),
+    (" 2GiB", "'capacity= 2GiB' has a space around '='; write 'capacity=2GiB'"),
+])  # fmt: skip
+def test_a_size_with_a_space_rejects_the_job(capacity: str, problem: str) -> None:
+    # 'capacity=2 GiB' once gave a 2-byte (one page) /dev/shm and a warning about key 'GiB'.
+    line = f"shm capacity={capacity}"
+    with pytest.raises(DirectiveError) as info:
+        parse_directives(line, source="--comment")
+    assert str(info.value) == f"--comment item 1: {line!r}: {problem}"
+
+
+@pytest.mark.parametrize(("item", "problem"), [
+    ("tmp capacity =1G", "'capacity =1G' has a space around '='; write 'capacity=1G'"),
+    ("tmp capacity = 1G", "'capacity = 1G' has a space around '='; write 'capacity=1G'"),
+    ("shared_tmpdir = no",
+     "'shared_tmpdir = no' has a space around '='; write 'shared_tmpdir=no'"),
+    ("shared_tmpdir= no",
+     "'shared_tmpdir= no' has a space around '='; write 'shared_tmpdir=no'"),
+    ("tmp capacity= \x00", "'capacity= \\x00' has a space around '='; write 'capacity=\\x00'"),
+    ("stage_in source= /a destination=/b",
+     "'source= /a' has a space around '='; write 'source=/a'"),
+])  # fmt: skip
+def test_a_space_around_equals_rejects_the_job(item: str, problem: str) -> None:
+    with pytest.raises(DirectiveError) as info:
+        parse_directives(item)
+    assert str(info.value) == f"--directives item 1: {item!r}: {problem}"
+
+
+def test_harmless_things_are_accepted_silently() -> None:
+    parsed = parse_directives(
+        f"shm capacity=1G # for MPI;; #JOBNS;stage_in source=/a {BS2} destination=/tmp/%j"
     )
-    assert "did you mean 'shm'" in parsed.warnings[1]
+    assert parsed.shm_capacity == GI and parsed.warnings == []
+    assert parsed.stage_in[0].destination == f"{BS2}/tmp/%j"  # a lone marker still stops
 
 
 def test_warnings_are_collected_not_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    parsed = parse_script(script("#JOBNS frobnicate", "true", "#JOBNS tmp capacity=1G"))
+    parsed = parse_script(script("#JOBNS", "true", "#JOBNS tmp capacity=1G", "#JOBNS frob"))
     assert len(parsed.warnings) == 2
     assert capsys.readouterr() == ("", "")
 
@@ -444,7 +527,7 @@ def test_invalid_lines_are_rejected_with_line_numbers(
     assert err.lineno == lineno
     assert err.line == text.split("\n")[lineno - 1]
     assert fragment in str(err)
-    assert str(err).startswith(f"line {lineno}: {err.line!r}: ")
+    assert str(err).startswith(f"script line {lineno}: {err.line!r}: ")
     assert isinstance(err, JobnsError) and isinstance(err, Exception)
 
 
@@ -485,13 +568,138 @@ def test_directives_string_custom_word() -> None:
         parse_directives("#JOBNS tmp capacity=1K", word="BB_LUA")
 
 
-def test_directives_string_unknown_verb_is_warned() -> None:
-    parsed = parse_directives("pool=fast capacity=1G")
-    assert parsed.warnings == [
-        "--directives item 1: 'pool=fast capacity=1G': unknown "
-        "directive 'pool' is ignored; known: shm, tmp, shared_tmpdir, "
-        "no_rm_tmpdir, stage_in, stage_out"
-    ]
+def test_directives_string_unknown_verb_rejects() -> None:
+    with pytest.raises(DirectiveError) as info:
+        parse_directives(" pool=fast capacity=1G ")
+    assert str(info.value) == (
+        f"--directives item 1: 'pool=fast capacity=1G': unknown directive 'pool'; {KNOWN}"
+    )
+
+
+def test_errors_name_the_source_and_show_the_item_stripped() -> None:
+    with pytest.raises(DirectiveError) as info:
+        parse_directives("tmp capacity=1G; shm capcity=2GiB ", source="--comment")
+    assert str(info.value) == (
+        "--comment item 2: 'shm capcity=2GiB': unknown key 'capcity' for shm; "
+        "write '#JOBNS shm capacity=SIZE'"
+    )
+    assert (info.value.origin, info.value.lineno, info.value.line) == (
+        "--comment",
+        2,
+        "shm capcity=2GiB",
+    )
+
+
+def test_a_carriage_return_outside_a_script_names_no_dos2unix() -> None:
+    with pytest.raises(DirectiveError) as info:
+        parse_directives("tmp capacity=1G\r\nshm capacity=1G", source="--comment")
+    assert str(info.value) == (
+        "--comment item 1: 'tmp capacity=1G': DOS line break (\\r\\n); remove the '\\r'"
+    )
+
+
+def test_the_comment_prefix_inside_directives_is_explained() -> None:
+    with pytest.raises(DirectiveError) as info:
+        parse_directives("jobns: shm capacity=1G")
+    assert str(info.value) == (
+        "--directives item 1: 'jobns: shm capacity=1G': unknown directive 'jobns:' "
+        f"('jobns:' goes once, at the start of a job comment); {KNOWN}"
+    )
+
+
+# ------------------------------------------------------------------------- job comments
+
+
+@pytest.mark.parametrize(("comment", "text"), [
+    ("jobns: shm capacity=2GiB", " shm capacity=2GiB"),
+    ("  jobns:tmp capacity=1G", "tmp capacity=1G"),
+    ("jobns:", ""),
+    ("run 3 jobns: tmp capacity=100MiB", " tmp capacity=100MiB"),   # job_submit.lua appends
+    ("run 3 (jobns: shm capacity=1G", " shm capacity=1G"),
+    # A second prefix at a token start begins more directives (job_submit.lua again).
+    ("jobns: shm capacity=1GiB jobns: tmp capacity=1G", " shm capacity=1GiB ; tmp capacity=1G"),
+    ("jobns: shm capacity=1GiB;jobns: no_rm_tmpdir", " shm capacity=1GiB;; no_rm_tmpdir"),
+    ("jobns: stage_in source=/a/jobns:b destination=/tmp/x",  # inside a value: no prefix
+     " stage_in source=/a/jobns:b destination=/tmp/x"),
+])  # fmt: skip
+def test_comment_directives(comment: str, text: str) -> None:
+    assert comment_directives(comment) == text
+
+
+def test_comment_with_two_prefixes_parses_both() -> None:
+    text = comment_directives("jobns: shm capacity=1GiB jobns: tmp capacity=2GiB")
+    assert text is not None
+    parsed = parse_directives(text, source="--comment")
+    assert (parsed.shm_capacity, parsed.tmp_capacity) == (GI, 2 * GI)
+
+
+@pytest.mark.parametrize("comment", [
+    "", "   ", "my run 3", "testing jobns today", "a jobns b", "jobns-test run 3",
+    "jobns.sh run", "jobns, take 2", "jobns/run3", "jobnsfoo: x", "myjobns: x",
+    "loving #jobns", "issue#JOBNS x", "#JOBNSX a", "# JOBNS shm capacity=1G",
+    "see https://example.org/jobns/ for more", "#SBATCH --mem=1G",
+    "jobn\u017f shm capacity=1G",  # a long s: case is folded in ASCII only
+])  # fmt: skip
+def test_ordinary_comments_are_none(comment: str) -> None:
+    assert comment_directives(comment) is None
+
+
+FIX = (
+    "this looks meant for jobns, but directives follow 'jobns:' exactly (lower case, the "
+    "colon right after); write --comment"
+)
+PASTED = "a job comment takes directives after 'jobns:', not as #JOBNS lines; write --comment"
+
+
+@pytest.mark.parametrize(("comment", "message"), [
+    ("jobns shm capacity=1GiB",
+     f"--comment: 'jobns shm capacity=1GiB': {FIX} 'jobns: shm capacity=1GiB'"),
+    ("JOBNS: shm capacity=1GiB",
+     f"--comment: 'JOBNS: shm capacity=1GiB': {FIX} 'jobns: shm capacity=1GiB'"),
+    ("  Jobns : tmp capacity=1G ",
+     f"--comment: 'Jobns : tmp capacity=1G': {FIX} 'jobns: tmp capacity=1G'"),
+    ("jobns=shm capacity=1G",
+     f"--comment: 'jobns=shm capacity=1G': {FIX} 'jobns: shm capacity=1G'"),
+    ("jobns", f"--comment: 'jobns': {FIX} 'jobns: shm capacity=2GiB'"),
+    ("run 3; JOBNS: shm capacity=1GiB",
+     f"--comment: 'run 3; JOBNS: shm capacity=1GiB': {FIX} 'run 3; jobns: shm capacity=1GiB'"),
+    # The user's own part, before a prefix job_submit.lua appended, is not lost silently.
+    ("JOBNS: shm capacity=1GiB jobns: tmp capacity=1G",
+     "--comment: 'JOBNS: shm capacity=1GiB jobns: tmp capacity=1G': "
+     f"{FIX} 'jobns: shm capacity=1GiB jobns: tmp capacity=1G'"),
+    ("#JOBNS shm capacity=1GiB",
+     f"--comment: '#JOBNS shm capacity=1GiB': {PASTED} 'jobns: shm capacity=1GiB'"),
+    ("#jobns shm capacity=1GiB",
+     f"--comment: '#jobns shm capacity=1GiB': {PASTED} 'jobns: shm capacity=1GiB'"),
+    ("#JOBNS shm capacity=1G\n#JOBNS tmp capacity=1G",
+     "--comment: '#JOBNS shm capacity=1G\\n#JOBNS tmp capacity=1G': "
+     f"{PASTED} 'jobns: shm capacity=1G\\n; tmp capacity=1G'"),
+    ("run 3 #JOBNS shm capacity=1G",
+     f"--comment: 'run 3 #JOBNS shm capacity=1G': {PASTED} 'run 3 jobns: shm capacity=1G'"),
+    ("#JOBNS", f"--comment: '#JOBNS': {PASTED} 'jobns: shm capacity=2GiB'"),
+])  # fmt: skip
+def test_comments_meant_for_jobns_reject_the_job(comment: str, message: str) -> None:
+    with pytest.raises(CommentError) as info:
+        comment_directives(comment)
+    assert str(info.value) == message
+    # A UserError: the caller cannot tell it from the site's error by a 'jobns:' in the
+    # comment (there is none), and it must refuse only her job.
+    assert isinstance(info.value, UserError) and isinstance(info.value, DirectiveError)
+
+
+def test_comment_with_a_configured_directive_word() -> None:
+    with pytest.raises(CommentError, match="not as #BB_LUA lines; write --comment 'jobns: "):
+        comment_directives("#BB_LUA tmp capacity=1G", word="BB_LUA")
+    assert comment_directives("#JOBNS tmp capacity=1G", word="BB_LUA") is None
+    with pytest.raises(JobnsError, match="directive word"):
+        comment_directives("jobns: x", word="B B")
+
+
+def test_comment_errors_are_one_printable_line() -> None:
+    with pytest.raises(CommentError) as info:
+        comment_directives("JOBNS:\x1b[2J\n" + "x" * 500)
+    message = str(info.value)
+    assert message.isprintable() and len(message) < 700
 
 
 # -------------------------------------------------------------------- symbol substitution
@@ -719,7 +927,7 @@ def test_stage_resolve_errors_name_the_line() -> None:
     with pytest.raises(DirectiveError) as info:
         stage.resolve(Symbols(job_name="../../etc"), ["/tmp"], ["/project"])
     assert info.value.lineno == 2
-    assert str(info.value).startswith("line 2: '#JOBNS stage_out source=/tmp/out ")
+    assert str(info.value).startswith("script line 2: '#JOBNS stage_out source=/tmp/out ")
     with pytest.raises(DirectiveError, match="outside") as info:
         stage.resolve(SYMBOLS, ["/tmp"], ["/elsewhere"])
     assert info.value.lineno == 2

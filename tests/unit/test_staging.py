@@ -240,3 +240,104 @@ def test_full_staging_config() -> None:
     assert cfg.lifecycle.pre_run == "/sbin/pre --x" and cfg.lifecycle.post_run == ""
     assert cfg.lifecycle.program_timeout == 300.0
     assert cfg.directive_word == "BB_X" and cfg.capacity["granularity"] == 4096
+
+
+# ------------------------------------------------ every staging worker has a deadline
+
+
+@pytest.mark.parametrize(
+    ("extra", "seconds"), [("", 3600.0), ("timeout = 0", 3600.0), ("timeout = 3", 3.0)]
+)
+def test_staging_timeout_bounds_every_worker_by_default(extra: str, seconds: float) -> None:
+    """[staging] timeout is each staging worker's deadline: 3600 s unless set; 0 (what
+    older configs wrote for "no limit") is the default too, never unbounded."""
+    cfg = config(extra)
+    assert cfg.staging.timeout == seconds
+    j, p = plan_for(cfg)
+    directives = parse_script("#JOBNS stage_in source=/data/x destination=/tmp/x\n", "JOBNS")
+    staging, _ = build(cfg, j, p, directives, None, SYMS)
+    assert staging is not None
+    assert Staging.from_record(staging.record()).deadline == seconds  # type: ignore[union-attr]
+
+
+def test_a_record_without_a_staging_timeout_gets_the_default_deadline() -> None:
+    """A job set up by a version whose timeout 0 meant "no limit" is torn down with the
+    default deadline."""
+    rec = Staging(stage_in=[]).record()
+    rec["timeout"] = 0
+    staging = Staging.from_record(rec)
+    assert staging is not None and staging.deadline == 3600.0
+    del rec["timeout"]
+    staging = Staging.from_record(rec)
+    assert staging is not None and staging.deadline == 3600.0
+
+
+# ------------------------------------- a stage path stays on the file systems it names
+
+
+MOUNTS = {1: "/", 2: "/data", 3: "/data/alice/nfs", 4: "/tmp/job-7/mnt", 5: "/datax"}
+
+
+@pytest.mark.parametrize(
+    ("path", "mount", "foreign"),
+    [
+        ("/data/alice/f", 1, None),  # "/" is an ancestor of every path
+        ("/data/alice/f", 2, None),  # the root's own file system
+        ("/data/alice/nfs/f", 3, None),  # a mount on the path itself
+        ("/data/alice/nfs", 3, None),  # the path is the mount point
+        ("/data/alice/f", 3, "the file system mounted at /data/alice/nfs"),  # a sibling's
+        ("/data/alice/lnk", 4, "the file system mounted at /tmp/job-7/mnt"),  # her FUSE
+        ("/data/alice/f", 5, "the file system mounted at /datax"),  # a prefix, not a parent
+        ("/data/alice/f", 99, "a mount of another mount namespace"),  # /proc/PID/root/...
+    ],
+)
+def test_stage_confined_allows_only_mounts_the_path_passes_through(
+    path: str, mount: int, foreign: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobns.launcher.system import transfer
+
+    monkeypatch.setattr(transfer, "mount_id", lambda fd: mount)
+    assert transfer.stage_confined(0, path, lambda: MOUNTS) == foreign
+
+
+def test_mount_table_reads_this_process_mounts_and_fd_mount_ids() -> None:
+    import os
+
+    from jobns.launcher.system import transfer
+
+    table = transfer.mount_table()
+    fd = os.open("/", os.O_PATH)
+    try:
+        assert table[transfer.mount_id(fd)] == "/"
+    finally:
+        os.close(fd)
+    assert transfer._unescape("/a\\040b\\134c") == "/a b\\c"
+
+
+def test_a_magic_link_is_never_followed(tmp_path: object) -> None:
+    """open_stage_path follows ordinary links but refuses /proc/PID/root and the like."""
+    import errno
+    import os
+    from pathlib import Path
+
+    from jobns.launcher.system import transfer
+
+    assert isinstance(tmp_path, Path)
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "plain").symlink_to(tmp_path / "f")
+    (tmp_path / "magic").symlink_to(f"/proc/{os.getpid()}/root{tmp_path}/f")
+    os.close(transfer.open_stage_path(str(tmp_path / "plain"), os.O_PATH))
+    with pytest.raises(OSError) as e:
+        transfer.open_stage_path(str(tmp_path / "magic"), os.O_PATH)
+    assert e.value.errno == errno.ELOOP and "openat2" in str(e.value)
+    fd = transfer.open_stage_dir(str(tmp_path / "made" / "deep"))
+    os.close(fd)
+    assert (tmp_path / "made" / "deep").is_dir()
+
+
+def test_fork_report_messages_are_parsed_like_fork_does() -> None:
+    from jobns.launcher.system import transfer
+
+    assert transfer._failure(b"") is None
+    assert transfer._failure(b"125 U the reason") == "the reason"
+    assert transfer._failure(b"garbage") == "garbage"

@@ -15,7 +15,7 @@
  * here until its job's run.env is final (read_when_set_up). docs/admin.md "What the
  * prolog and epilog wait for".
  *
- *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns] [start_wait=60]
+ *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns] [start_wait=60] [setup_wait=4000]
  *
  * Build it against the headers of the Slurm that will load it (ci/build-spank): Slurm
  * refuses a plugin whose plugin_version (SLURM_VERSION_NUMBER) is of another major.minor.
@@ -57,8 +57,11 @@ SPANK_PLUGIN(jobns, 1);
 
 #define DEFAULT_STATE_DIR "/run/jobns"
 #define RUN_ENV_MAX 65536
-/* Seconds a task waits for a background prolog to record its job (start_wait=) */
+/* Seconds a task waits for a background prolog's setup to begin (start_wait=) */
 #define DEFAULT_START_WAIT 60
+/* Seconds a task waits for its job's setup in all (setup_wait=): longer than [staging]
+ * deadline, jobns.toml's bound on a stage-in (3600 by default) */
+#define DEFAULT_SETUP_WAIT 4000
 #define TASKS_WAIT "tasks-wait"
 #define JOINED_VAR "JOBNS_JOINED"
 
@@ -100,29 +103,43 @@ static int open_root_owned(int dir, const char *name, int want_dir, const char *
 	return fd;
 }
 
-/* The plugstack.conf arguments: state_dir (returned) and start_wait; NULL with a
- * message in err when one is wrong. */
-static const char *parse_args(int ac, char **av, long *start_wait, char *err, size_t size)
+/* Whole seconds 0..max from "name=value" (value at arg); -1 with a message in err. */
+static long seconds_arg(const char *name, const char *arg, long max, char *err, size_t size)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || *end || end == arg || v < 0 || v > max) {
+		snprintf(err, size, "plugstack.conf: %s=%s must be whole seconds, 0 to %ld",
+			 name, arg, max);
+		return -1;
+	}
+	return v;
+}
+
+/* The plugstack.conf arguments: state_dir (returned), start_wait and setup_wait; NULL
+ * with a message in err when one is wrong. */
+static const char *parse_args(int ac, char **av, long *start_wait, long *setup_wait, char *err,
+			      size_t size)
 {
 	const char *dir = DEFAULT_STATE_DIR;
-	char *end;
 
 	*start_wait = DEFAULT_START_WAIT;
+	*setup_wait = DEFAULT_SETUP_WAIT;
 	for (int i = 0; i < ac; i++) {
 		if (strncmp(av[i], "state_dir=", 10) == 0) {
 			dir = av[i] + 10;
 		} else if (strncmp(av[i], "start_wait=", 11) == 0) {
-			errno = 0;
-			*start_wait = strtol(av[i] + 11, &end, 10);
-			if (errno || *end || end == av[i] + 11 || *start_wait < 0 ||
-			    *start_wait > 3600) {
-				snprintf(err, size, "plugstack.conf: start_wait=%s must be whole "
-					 "seconds, 0 to 3600", av[i] + 11);
+			if ((*start_wait = seconds_arg("start_wait", av[i] + 11, 3600, err, size)) < 0)
 				return NULL;
-			}
+		} else if (strncmp(av[i], "setup_wait=", 11) == 0) {
+			if ((*setup_wait = seconds_arg("setup_wait", av[i] + 11, 86400, err, size)) < 0)
+				return NULL;
 		} else {
 			snprintf(err, size, "plugstack.conf: unknown argument '%s' (only "
-				 "state_dir=PATH and start_wait=SECONDS)", av[i]);
+				 "state_dir=PATH, start_wait=SECONDS and setup_wait=SECONDS)", av[i]);
 			return NULL;
 		}
 	}
@@ -176,12 +193,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	char err[1200];
 	const char *state_dir;
-	long start_wait;
+	long start_wait, setup_wait;
 
 	(void)sp;
 	if (spank_context() != S_CTX_SLURMD)
 		return 0;
-	state_dir = parse_args(ac, av, &start_wait, err, sizeof(err));
+	state_dir = parse_args(ac, av, &start_wait, &setup_wait, err, sizeof(err));
 	if (!state_dir) {
 		slurm_error("jobns: %s", err); /* a `required` plugin: slurmd does not start */
 		return -1;
@@ -194,10 +211,10 @@ int slurm_spank_slurmd_exit(spank_t sp, int ac, char **av)
 {
 	char err[1200];
 	const char *state_dir;
-	long start_wait;
+	long start_wait, setup_wait;
 
 	(void)sp;
-	state_dir = parse_args(ac, av, &start_wait, err, sizeof(err));
+	state_dir = parse_args(ac, av, &start_wait, &setup_wait, err, sizeof(err));
 	if (state_dir)
 		mark_tasks_wait(state_dir, 0);
 	return 0;
@@ -347,17 +364,53 @@ static int setup_under_way(int jobs, const char *job)
 	return held;
 }
 
-/* Read <state_dir>/jobs/<job>/run.env into text once the job's setup has finished: a
- * prolog that sets the job up in the background (`jobns setup` started by the prolog
- * script, which returns at once) gets until start_wait seconds to record the job, and
- * then as long as it holds the job's lock. Returns the job's directory (fd); *jobs_out,
- * *top_out are the directories above it. */
-static int read_when_set_up(const char *state_dir, const char *job, const char *shown,
-			    long start_wait, char *text, int *jobs_out, int *top_out)
+/* The marks the packaged scripts leave in <jobs> (launcher/system/state.py "marks"):
+ * <job>.setup (the prolog: a setup of this run is on its way; the setup takes it under
+ * the job's lock) and <job>.ending (the epilog: the run is over). 0 when absent, else 1
+ * with its time in *at. */
+static int mark_at(int jobs, const char *job, const char *suffix, struct timespec *at)
 {
-	struct timespec t0, now, pause;
-	long delay_us = 250;
-	int top, jobs, dir, envfd, pending;
+	char name[40];
+	struct stat st;
+
+	snprintf(name, sizeof(name), "%s%s", job, suffix);
+	if (fstatat(jobs, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != 0)
+		return 0;
+	*at = st.st_mtim;
+	return 1;
+}
+
+/* Has this run's epilog come (<job>.ending, not older than the prolog's <job>.setup: an
+ * older one is of an earlier job of the same id, which setup removes)? */
+static int run_is_over(int jobs, const char *job)
+{
+	struct timespec ending, setup;
+
+	if (!mark_at(jobs, job, ".ending", &ending))
+		return 0;
+	if (!mark_at(jobs, job, ".setup", &setup))
+		return 1;
+	return ending.tv_sec > setup.tv_sec ||
+	       (ending.tv_sec == setup.tv_sec && ending.tv_nsec >= setup.tv_nsec);
+}
+
+/* Read <state_dir>/jobs/<job>/run.env into text once no setup of the job is to come or
+ * under way: the packaged prolog returns at once and leaves its mark (<job>.setup) for
+ * the setup it hands on (`jobns setup --background`, or the resident helper), which
+ * takes the mark under the job's lock and writes run.env before it lets go. So a task
+ * waits while the mark is there (at most start_wait seconds: the setup has not begun)
+ * or the lock is held (a setup under way; run.env may still be an earlier run's), in
+ * that order, at most setup_wait seconds in all; then run.env is the answer. The wait
+ * ends at once when the run is over (its epilog came). Returns the job's directory
+ * (fd); *jobs_out, *top_out are the directories above it. */
+static int read_when_set_up(const char *state_dir, const char *job, const char *shown,
+			    long start_wait, long setup_wait, char *text, int *jobs_out,
+			    int *top_out)
+{
+	struct timespec t0, now, pause, at;
+	long delay_us = 250, waited;
+	int top, jobs, dir, envfd, marked, busy, err;
 	ssize_t len;
 	char value[64];
 
@@ -365,45 +418,45 @@ static int read_when_set_up(const char *state_dir, const char *job, const char *
 	for (;;) {
 		top = open_root_owned(AT_FDCWD, state_dir, 1, state_dir);
 		jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
-		dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
-		envfd = dir < 0 ? -1 : open_root_owned(dir, "run.env", 0, shown);
-		if (envfd >= 0) {
-			len = read(envfd, text, RUN_ENV_MAX);
-			close(envfd);
-			if (len < 0)
-				refuse("read %s/run.env: %s", shown, strerror(errno));
-			text[len] = '\0';
-			pending = value_of(text, "closed", value, sizeof(value)) &&
-				  strcmp(value, "pending") == 0;
-			if (!pending)
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		waited = now.tv_sec - t0.tv_sec;
+		marked = jobs >= 0 && mark_at(jobs, job, ".setup", &at);
+		busy = jobs >= 0 && setup_under_way(jobs, job);
+		if (!busy && !(marked && waited < start_wait)) {
+			dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
+			envfd = dir < 0 ? -1 : open_root_owned(dir, "run.env", 0, shown);
+			err = errno;
+			if (envfd >= 0) {
+				len = read(envfd, text, RUN_ENV_MAX);
+				close(envfd);
+				if (len < 0)
+					refuse("read %s/run.env: %s", shown, strerror(errno));
+				text[len] = '\0';
+				if (value_of(text, "closed", value, sizeof(value)) &&
+				    strcmp(value, "pending") == 0)
+					refuse("job %s: its setup on this node ended without finishing "
+					       "(see the prolog's log: journalctl -t jobns)", job);
 				break;
-			if (!setup_under_way(jobs, job)) {
-				/* ended since: read it once more, it may have finished */
-				envfd = open_root_owned(dir, "run.env", 0, shown);
-				len = envfd < 0 ? -1 : read(envfd, text, RUN_ENV_MAX);
-				if (envfd >= 0)
-					close(envfd);
-				text[len < 0 ? 0 : len] = '\0';
-				if (!value_of(text, "closed", value, sizeof(value)) ||
-				    strcmp(value, "pending") != 0)
-					break;
-				refuse("job %s: its setup on this node ended without finishing "
-				       "(see the prolog's log: journalctl -t jobns)", job);
 			}
-		} else {
-			int err = errno;
-
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			/* Waited for: a setup under way (its lock), or one yet to record the job
-			 * at all (start_wait). A job recorded here (its directory) whose setup
-			 * is over and left no run.env was never opened to tasks: refused now. */
-			if (!(jobs >= 0 && setup_under_way(jobs, job)) &&
-			    (dir >= 0 || now.tv_sec - t0.tv_sec >= start_wait))
-				refuse("job %s is not set up on this node (%s/run.env: %s): its "
-				       "prolog (jobns setup) did not run or failed; see the prolog's "
-				       "log", job, shown, strerror(err));
+			if (marked)
+				refuse("job %s: its setup on this node did not begin within %ld s "
+				       "(plugstack.conf start_wait=); see the prolog's log "
+				       "(journalctl -t jobns)", job, start_wait);
+			refuse("job %s is not set up on this node (%s/run.env: %s): its "
+			       "prolog (jobns setup) did not run or failed; see the prolog's "
+			       "log", job, shown, strerror(err));
 		}
-		for (int i = 0, fds[] = {dir, jobs, top}; i < 3; i++)
+		/* Bounds no job can stretch: its run is over (its epilog came: Slurm is ending
+		 * the job), or its setup took longer than setup_wait (the setup's own bounds,
+		 * [staging] timeout and the programs' timeouts, end it before then). */
+		if (jobs >= 0 && run_is_over(jobs, job))
+			refuse("job %s ended on this node before its setup finished; no task may "
+			       "start", job);
+		if (setup_wait > 0 && waited >= setup_wait)
+			refuse("job %s: its setup on this node took longer than %ld s "
+			       "(plugstack.conf setup_wait=); see the prolog's log "
+			       "(journalctl -t jobns)", job, setup_wait);
+		for (int i = 0, fds[] = {jobs, top}; i < 2; i++)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		/* Every 1 ms for the first second (a setup takes tens of ms: a longer pause
@@ -427,19 +480,19 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	struct statfs fs;
 	const char *state_dir;
 	uint32_t job_id;
-	long start_wait;
+	long start_wait, setup_wait;
 	int top, jobs, dir, ns, fd, userns, have_cwd, pidns;
 
 	if (!spank_remote(sp))
 		return 0;
-	state_dir = parse_args(ac, av, &start_wait, reason, sizeof(reason));
+	state_dir = parse_args(ac, av, &start_wait, &setup_wait, reason, sizeof(reason));
 	if (!state_dir)
 		refuse("%s", reason);
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
 		refuse("no job id from slurmstepd");
 	snprintf(job, sizeof(job), "%u", job_id); /* digits only: a safe path component */
 	snprintf(shown, sizeof(shown), "%s/jobs/%s", state_dir, job);
-	dir = read_when_set_up(state_dir, job, shown, start_wait, text, &jobs, &top);
+	dir = read_when_set_up(state_dir, job, shown, start_wait, setup_wait, text, &jobs, &top);
 
 	if (!value_of(text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
 		refuse("%s/run.env: unknown version (set up by another jobns version?)", shown);

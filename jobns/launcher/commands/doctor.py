@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import re
 import stat
 import sys
 
@@ -624,6 +625,168 @@ def _jobns_word(script: str) -> str | None:
     return None
 
 
+def _regular_text(path: str, limit: int = 1 << 20) -> str | None:
+    """The text of the regular file at path (its first `limit` bytes), or None. Opened
+    without blocking and checked before reading: a FIFO or a device named in a config
+    must not hang doctor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+PLUGIN_DEFAULT_STATE_DIR = "/run/jobns"  # DEFAULT_STATE_DIR in jobns_spank.c
+# A value doctor can compare without running the script: an absolute path of ordinary
+# characters (no expansion, quoting or word splitting left for bash to do).
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._/+@%:,=-]*")
+
+
+def script_state_dir(text: str) -> str | None:
+    """STATE_DIR in a packaged prolog or epilog (its unindented `STATE_DIR=/run/jobns #
+    state_dir in jobns.toml` line), quotes around it dropped; None when the script has
+    no such line (a site's own script)."""
+    for raw in text.splitlines():
+        if raw.startswith("STATE_DIR="):
+            word = raw[len("STATE_DIR=") :].split(None, 1)
+            value = word[0] if word else ""
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            return value
+    return None
+
+
+def plugin_state_dir(args: list[str]) -> str:
+    """The state_dir a plugstack.conf line's arguments give jobns_spank.so: its last
+    `state_dir=` (parse_args), else the plugin's default."""
+    value = PLUGIN_DEFAULT_STATE_DIR
+    for arg in args:
+        if arg.startswith("state_dir="):
+            value = arg[len("state_dir=") :]
+    return value
+
+
+def _shown(text: str) -> str:
+    # Values come from files: no line break or terminal escape reaches the output raw.
+    return text if text.isprintable() else repr(text)
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def state_dir_names(config: config_mod.Config, conf: str) -> list[Finding]:
+    """jobns.toml's state_dir, the SPANK plugin's `state_dir=` (on the plugstack.conf line
+    that loads it) and STATE_DIR in the packaged prolog and epilog (the files slurm.conf's
+    Prolog= and Epilog= name) must be one directory: setup writes each job there, the
+    plugin waits there for its run.env, the scripts look there for the plugin's marker
+    and the helper. A mismatch passed every other check, then every task waited
+    start_wait (60 s) and failed. Files are read, never run; a script that is not root's
+    and writable by root only is not read (slurm() calls it a problem). No plugin line
+    and a site's own scripts (no STATE_DIR line): nothing to compare."""
+    values = _slurm_values_or_none(conf)
+    if values is None:
+        return []  # slurm() says why
+    want = config.state_dir
+    toml = config.source or config_mod.DEFAULT_PATH
+    # (value, file, what names it there)
+    named: list[tuple[str, str, str]] = [
+        (want, toml, "state_dir" if config.source else "state_dir, unset: the default")
+    ]
+    for path, words in plugstack_lines(plugstack_of(conf, values)):
+        if _is_jobns_plugin(words[1]):
+            given = any(a.startswith("state_dir=") for a in words[2:])
+            what = "the SPANK plugin's state_dir=" + ("" if given else ", unset: its default")
+            named.append((plugin_state_dir(words[2:]), path, what))
+    notes: list[Finding] = []
+    for key in ("prolog", "epilog"):
+        for script in (p.strip() for p in values.get(key, "").split(",") if p.strip()):
+            value = _packaged_state_dir(script)
+            if value is None:
+                continue  # a site's own script: it runs jobns, which reads the config
+            if not _PLAIN_PATH.fullmatch(value):
+                notes.append(
+                    (
+                        NOTE,
+                        f"{_shown(script)} sets STATE_DIR={_shown(value)}, which doctor "
+                        f"does not expand: check that it is {_shown(want)} (state_dir in "
+                        f"{_shown(toml)})",
+                    )
+                )
+            else:
+                named.append((value, script, "STATE_DIR"))
+    if len(named) == 1:
+        return notes
+    wrong = [(v, f, w) for v, f, w in named[1:] if not _same_dir(v, want)]
+    if not wrong:
+        where = ", ".join(f"{_shown(f)} ({w})" for _, f, w in named)
+        return [*notes, (OK, f"state_dir {_shown(want)} is the same in {where}")]
+    listed = "; ".join(f"{_shown(v)} in {_shown(f)} ({w})" for v, f, w in named)
+    harm = []
+    if any(w != "STATE_DIR" for _, _, w in wrong):
+        harm.append(
+            "every task waits start_wait seconds (default 60) for a setup that writes "
+            "elsewhere, then fails"
+        )
+    if any(w == "STATE_DIR" for _, _, w in wrong):
+        harm.append(
+            "the prolog and epilog look for the plugin's marker and the resident helper in "
+            "another directory"
+        )
+    edits = []
+    scripts = [_shown(f) for _, f, w in wrong if w == "STATE_DIR"]
+    if scripts:
+        edits.append(f"STATE_DIR={_shown(want)} in {' and '.join(scripts)}")
+    edits += [
+        f"state_dir={_shown(want)} on the {SPANK_PLUGIN} line of {_shown(f)}, then restart slurmd"
+        for _, f, w in wrong
+        if w != "STATE_DIR"
+    ]
+    fix = "; ".join(edits)
+    theirs = {os.path.normpath(v) for v, _, _ in named[1:]}
+    if len(theirs) == 1 and _PLAIN_PATH.fullmatch(other := theirs.pop()):
+        # The others agree with each other: the config may be the one that moved.
+        fix += f'; or state_dir = "{other}" in {_shown(toml)}, then restart jobns-helper'
+    return [
+        *notes,
+        (
+            PROBLEM,
+            f"state_dir differs between the files that name it: {listed}: "
+            f"{'; '.join(harm)}; fix: {fix}",
+        ),
+    ]
+
+
+def _packaged_state_dir(script: str) -> str | None:
+    """STATE_DIR of a Prolog= or Epilog= script if it is jobns's packaged one (root's,
+    writable by root only, with the STATE_DIR line); None otherwise."""
+    if not script.startswith("/"):
+        return None  # relative to nothing doctor should guess (Slurm wants absolute)
+    try:
+        st = os.stat(script)
+    except (OSError, ValueError):
+        return None  # slurm() says so
+    # doctor runs as root (require_root): the effective uid, so tests need none
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    text = _regular_text(script)
+    return script_state_dir(text) if text is not None else None
+
+
 def propagation() -> list[Finding]:
     from jobns.launcher.system.mountinfo import propagation_warning
 
@@ -782,32 +945,39 @@ def _runs(path: str, sub: str) -> bool:
     return "jobns" in text and (f" {sub}" in text or "launcher.commands.cli" in text)
 
 
+def plugstack_lines(plugstack: str) -> list[tuple[str, list[str]]]:
+    """(file, words) of each `required|optional PLUGIN ARGS...` line of plugstack.conf and
+    the files it includes, as Slurm reads them (spank's _spank_conf_include): everything
+    from `#` on is a comment, a relative `include` pattern is relative to the directory
+    of the file that names it (never the cwd), its matches are read in sorted order."""
+    out: list[tuple[str, list[str]]] = []
+
+    def read(path: str, chain: tuple[str, ...]) -> None:
+        text = _regular_text(path)
+        if text is None:
+            return
+        for raw in text.splitlines():
+            words = raw.split("#", 1)[0].split()
+            if len(words) >= 2 and words[0] == "include":
+                pattern = os.path.join(os.path.dirname(path), words[1])  # absolute stays
+                for inc in sorted(glob.glob(pattern)):
+                    if inc not in chain and len(chain) < 8:  # Slurm would loop; we stop
+                        read(inc, (*chain, inc))
+            elif len(words) >= 2 and words[0] in ("required", "optional"):
+                out.append((path, words))
+
+    read(plugstack, (plugstack,))
+    return out
+
+
+def _is_jobns_plugin(so: str) -> bool:
+    return os.path.basename(so).startswith("jobns")
+
+
 def spank_plugins(plugstack: str) -> list[tuple[str, str]]:
     """The jobns SPANK plugins (`required|optional /path/jobns*.so`) that plugstack.conf,
     or a file it includes, names: (required or optional, path)."""
-    import glob
-
-    lines: list[str] = []
-    pending, seen = [plugstack], set()
-    while pending:
-        path = pending.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            continue
-        for raw in text.splitlines():
-            line = raw.split("#", 1)[0].strip()
-            words = line.split()
-            if len(words) >= 2 and words[0] == "include":
-                pending += sorted(glob.glob(words[1]))
-            elif len(words) >= 2 and words[0] in ("required", "optional"):
-                lines.append(line)
-    found = [(ln.split()[0], ln.split()[1]) for ln in lines]
-    return [(kind, so) for kind, so in found if os.path.basename(so).startswith("jobns")]
+    return [(w[0], w[1]) for _, w in plugstack_lines(plugstack) if _is_jobns_plugin(w[1])]
 
 
 def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
@@ -1198,6 +1368,7 @@ def check(
     found += propagation()
     found += slurm(slurm_conf, config.enforce)
     found += scripts_by_name(slurm_conf)
+    found += state_dir_names(config, slurm_conf)
     found += slurm_commands(config, slurm_conf)
     values = _slurm_values_or_none(slurm_conf)
     if values is not None:

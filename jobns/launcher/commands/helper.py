@@ -142,7 +142,7 @@ def main(opts: Options, _command: list[str]) -> int:
     signal.signal(signal.SIGINT, lambda *_: _stop(top))
     warn(f"helper: taking setups and teardowns from {top} (pid {os.getpid()})")
     while True:
-        _take_all(f"{top}/{REQUESTS}", flag, bell)
+        _take_all(f"{top}/{REQUESTS}", flag, bell, config.state_dir)
         _reap()
         ready, _, _ = select.select([bell], [], [], 5.0)  # a scan now and then regardless
         if ready:
@@ -192,7 +192,7 @@ def _stop(top: str) -> None:
     os._exit(0)
 
 
-def _take_all(requests: str, config: str | None, bell: int) -> None:
+def _take_all(requests: str, config: str | None, bell: int, state_dir: str) -> None:
     for name in order(os.listdir(requests)):
         path = f"{requests}/{name}"
         try:
@@ -216,8 +216,10 @@ def _take_all(requests: str, config: str | None, bell: int) -> None:
             continue
         if request is None:
             continue  # still being written: its doorbell comes
-        _unlink(path)
-        _run(request, config, bell)
+        # Taken only once its child exists: a fork that fails leaves the request for the
+        # next scan (the doorbell, or the 5 s look), so no job loses its setup or teardown.
+        if _run(request, config, bell, state_dir):
+            _unlink(path)
 
 
 def _unlink(path: str) -> None:
@@ -227,15 +229,16 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _run(request: Request, config: str | None, bell: int) -> None:
-    """The request in a child of its own, as the script would have run jobns."""
+def _run(request: Request, config: str | None, bell: int, state_dir: str) -> bool:
+    """The request in a child of its own, as the script would have run jobns; False when
+    no child could be made (the request stays for the next scan)."""
     try:
         pid = os.fork()
     except OSError as e:
-        warn(f"helper: {request.verb} {request.job_id}: fork: {e.strerror}")
-        return
+        warn(f"helper: {request.verb} {request.job_id}: fork: {e.strerror}; tried again later")
+        return False
     if pid:
-        return
+        return True
     code = 125
     try:
         os.close(bell)
@@ -244,6 +247,8 @@ def _run(request: Request, config: str | None, bell: int) -> None:
         os.setsid()  # like the script's background jobns: a session of its own
         os.environ.clear()
         os.environ.update(request.environ)
+        # As the script exports it: where a setup that cannot read jobns.toml records why.
+        os.environ["JOBNS_STATE_DIR"] = state_dir
         from jobns.launcher.commands import cli
 
         code = cli.dispatch(request.argv(config))

@@ -17,7 +17,14 @@ from jobns.launcher.lifecycle import lifecycle
 from jobns.launcher.lifecycle.lifecycle import gather_directives, require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import Options, Request, kill_wait_from
-from jobns.launcher.model.job import Job, hostname, job_id_from, layout_from, user_from
+from jobns.launcher.model.job import (
+    Job,
+    hostname,
+    job_id_from,
+    layout_from,
+    run_from,
+    user_from,
+)
 from jobns.launcher.model.plan import build
 from jobns.launcher.system.errors import JobnsError, UserError
 
@@ -33,49 +40,82 @@ def main(opts: Options, _command: list[str]) -> int:
     req = Request.from_options(opts)
     environ = dict(os.environ)
     background = bool(opts.get("background")) and not req.dry_run
+    config: Config | None = None
     try:
         config = config_mod.load(req.config, environ)
         # Who the job is comes from the site (flags, Slurm): a problem there is the node's.
         job_id = job_id_from(req.job_id, environ)
         user = user_from(req.user, environ)
+        run = run_from(environ, background)
         kill_wait = kill_wait_from(req, config)
     except Exception as e:
         if background:
-            _node_failed(None, None, None, 0.0, e)
+            _node_failed(config, _job_id_or_none(req.job_id, environ), environ, e)
         raise
     try:
-        return _setup(req, environ, config, job_id, user, kill_wait)
+        return _setup(req, environ, config, job_id, user, kill_wait, run, background)
     except Exception as e:
         if background:
-            _node_failed(config, job_id, user, kill_wait, e)
+            _node_failed(config, job_id, environ, e, user, kill_wait, run)
         raise
 
 
 def _node_failed(
-    config: Config | None, job_id: str | None, user: User | None, kill_wait: float, e: Exception
+    config: Config | None,
+    job_id: str | None,
+    environ: dict[str, str],
+    e: Exception,
+    user: User | None = None,
+    kill_wait: float = 0.0,
+    run: str | None = None,
 ) -> None:
-    """A background setup (launcher.lifecycle.unattended) the node failed: its tasks fail
-    at once with the reason, and the node is drained, as slurmd drains it for a failed
-    prolog."""
+    """A background setup (launcher.lifecycle.unattended) the node failed, as slurmd
+    handles a failed prolog: the node is drained (first, so Slurm sends the job
+    elsewhere), the job is requeued where Slurm allows it, and its tasks (waiting in the
+    SPANK plugin) fail at once with a reason that says the node is at fault. A failure
+    inside lifecycle.setup recorded that already, under the job's lock; one before it
+    (the config, the plan) is recorded here while the run's prolog mark is still there.
+    A broken jobns.toml leaves no state_dir to record it in: the one the script or the
+    helper named (JOBNS_STATE_DIR) is used then."""
     from jobns.launcher.lifecycle import unattended
 
     error = unattended.failure_text(e)
-    if config is not None and job_id is not None and user is not None:
-        try:
-            lifecycle.setup_refused(
-                config,
-                Job(job_id, user, hostname()),
-                kill_wait,
-                f"this node failed to set the job up (it is drained): {error}",
-            )
-        except Exception as again:  # the state is what failed: the tasks time out instead
-            lifecycle.warn(f"setup {job_id}: could not record the failure: {again}")
-    drained = unattended.drain("setup", error, config.slurm_bin if config else "")
+    bin_dir = config.slurm_bin if config else ""
+    drained = unattended.drain("setup", error, bin_dir)
     lifecycle.warn(f"setup {job_id or '?'}: {drained}")
+    if job_id is None:
+        return
+    requeued = unattended.requeue(job_id, f"node failed to set it up: {error}", bin_dir)
+    lifecycle.warn(f"setup {job_id}: {requeued}")
+    reason = lifecycle.node_failed_reason(error)
+    try:
+        if run is None:
+            run = run_from(environ, True)
+        if config is not None and user is not None:
+            job = Job(job_id, user, hostname())
+            lifecycle.setup_refused(config, job, kill_wait, reason, run, True, node=True)
+        else:
+            lifecycle.refuse_unconfigured(environ.get("JOBNS_STATE_DIR", ""), job_id, reason, run)
+    except Exception as again:  # the state is what failed: the tasks time out instead
+        lifecycle.warn(f"setup {job_id}: could not record the failure: {again}")
+
+
+def _job_id_or_none(flag: str | None, environ: dict[str, str]) -> str | None:
+    try:
+        return job_id_from(flag, environ)
+    except JobnsError:
+        return None
 
 
 def _setup(
-    req: Request, environ: dict[str, str], config: Config, job_id: str, user: User, kill_wait: float
+    req: Request,
+    environ: dict[str, str],
+    config: Config,
+    job_id: str,
+    user: User,
+    kill_wait: float,
+    run: str | None,
+    background: bool,
 ) -> int:
     from jobns.launcher.model import capacity
 
@@ -102,7 +142,9 @@ def _setup(
             raise  # no directives: the site's config or flags are wrong
         if req.dry_run:
             raise UserError(str(e)) from None
-        lifecycle.setup_refused(config, Job(job_id, user, hostname()), kill_wait, str(e))
+        lifecycle.setup_refused(
+            config, Job(job_id, user, hostname()), kill_wait, str(e), run, background
+        )
         return 0
     for note in notes:
         lifecycle.warn(f"setup {job.job_id}: {note}")
@@ -113,7 +155,7 @@ def _setup(
         lines += stg.describe() if stg is not None else []
         print("\n".join(lines))
         return 0
-    lifecycle.setup(config, job, plan, kill_wait, caps, stg)
+    lifecycle.setup(config, job, plan, kill_wait, caps, stg, run, background)
     return 0
 
 

@@ -18,7 +18,7 @@ from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.inputs import Options
-from jobns.launcher.model.job import job_id_from
+from jobns.launcher.model.job import job_id_from, run_from
 from jobns.launcher.system import state
 from jobns.launcher.system.errors import JobnsError, UserError
 
@@ -46,27 +46,31 @@ def _teardown(opts: Options) -> int:
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
     raw_id = opts.get("job_id")
     job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
+    background = bool(opts.get("background"))
+    # By hand (not background) this teardown ends whatever run is recorded.
+    run = run_from(environ, background) if background else None
+    state_dir = config.state_dir
     try:
-        lock = state.JobLock(config.state_dir, job_id)
+        lock = state.JobLock(state_dir, job_id)
         lock.__enter__()
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return 0  # no state directory: nothing was ever set up here
         raise
     try:
-        record = records.load(config.state_dir, job_id)
-        if not opts.get("background"):
-            # By hand: this teardown ends the job; an epilog's marker it finds is stale.
-            state.drop_ending(config.state_dir, job_id)
-        elif state.ended_by_setup(config.state_dir, job_id):
-            # A later setup of the id ended the run this epilog was for: a requeued run
-            # (its record is its own), or none (the job ended before its setup began).
-            if record is None:
-                lock.release_and_remove()
-            return 0
+        record = records.load(state_dir, job_id)
         if record is None:
+            # Not set up (or already torn down). If this run's setup has not begun, it
+            # now sets nothing up (launcher.lifecycle.lifecycle.take_setup_mark).
+            state.drop_mark(state_dir, job_id, state.SETUP_MARK, run)
+            if os.path.lexists(state.job_dir(state_dir, job_id)):
+                errors = state.remove_job_dir(state_dir, job_id)  # a refusal's run.env only
+                if errors:
+                    raise JobnsError(f"teardown job {job_id}: {'; '.join(errors)}")
             lock.release_and_remove()
-            return 0  # not set up on this node (or already torn down): nothing to do
+            return 0
+        if state.later_run(record.run, run):
+            return 0  # a later run of the job is set up: its own epilog ends it
         try:
             lifecycle.finish(
                 config, job_id, record, force=bool(opts.get("force")), hurry=bool(opts.get("hurry"))
@@ -75,10 +79,15 @@ def _teardown(opts: Options) -> int:
             lifecycle.warn(f"teardown {job_id}: {e}")
             return 0  # the job's problem, recorded; the node is fine
         except JobnsError:
-            if not state.is_set_up(config.state_dir, job_id):
+            if not state.is_set_up(state_dir, job_id):
                 lock.release_and_remove()  # --force forgot the record: the lock goes too
             raise
         lock.release_and_remove()
         return 0
     finally:
-        lock.__exit__()
+        try:
+            # Whatever happened, this run's epilog mark goes: left, a later job of the
+            # same id would find it (launcher.system.state "marks").
+            state.drop_mark(state_dir, job_id, state.ENDING, run)
+        finally:
+            lock.__exit__()

@@ -120,12 +120,21 @@ def gather_directives(
     """
     script = req.script
     comment = environ.get("SLURM_JOB_COMMENT", "")
-    if not script and not req.directives and COMMENT_PREFIX not in comment:
+    word = config.directive_word if config is not None else "JOBNS"
+    lowered = comment.lower()
+    if (
+        not script
+        and not req.directives
+        and not ("jobns" in lowered or f"#{word.lower()}" in lowered)
+    ):
         return None  # the common prolog: no directives, so no parser (~25 ms of imports)
     from jobns.launcher.model.capacity import granularity
-    from jobns.launcher.model.directives import parse_directives, parse_script
+    from jobns.launcher.model.directives import (
+        comment_directives,
+        parse_directives,
+        parse_script,
+    )
 
-    word = config.directive_word if config is not None else "JOBNS"
     gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
     if script:
@@ -138,8 +147,11 @@ def gather_directives(
         found.append(parse_script(text, word, gran))
     if req.directives:
         found.append(parse_directives(req.directives, word, gran))
-    if COMMENT_PREFIX in comment:
-        found.append(parse_directives(comment.split(COMMENT_PREFIX, 1)[1], word, gran))
+    # A comment that looks meant for jobns but does not parse refuses the job, as a bad
+    # directive does (a silent "ordinary comment" would run the job otherwise).
+    in_comment = comment_directives(comment, word) if comment else None
+    if in_comment is not None:
+        found.append(parse_directives(in_comment, word, gran, source="--comment"))
     if not found:
         return None
     merged = found[0]
@@ -166,62 +178,142 @@ def setup(
     kill_wait: float,
     caps: Capacities | None,
     staging: Staging | None,
+    run: str | None = None,
+    background: bool = False,
 ) -> None:
-    """The prolog under the job lock: set the job up, or refuse it for a user's error."""
+    """The prolog under the job lock: set the job up, or refuse it for a user's error.
+    `run` is the job's run (launcher.model.job.run_from); a background setup sets the job
+    up only while its prolog's mark is there (take_setup_mark)."""
     state.ensure_state_dir(config.state_dir)
     _warn_propagation_once(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
-        old = records.load(config.state_dir, job.job_id)
-        go_on, old = _end_an_earlier_run(config, job.job_id, old)
-        if not go_on:
-            return
-        if old is not None:
-            if old.state == state.REFUSED:
-                return  # the prolog ran twice for a refused job: still refused
-            wanted = options_of(job, caps, staging)
-            if old.options != wanted:
-                was = old.options or {}
-                diff = "; ".join(
-                    f"{k}: {_show(was.get(k))}, now {_show(wanted.get(k))}"
-                    for k in sorted({*was, *wanted})
-                    if was.get(k) != wanted.get(k)
-                )
-                raise JobnsError(
-                    f"setup job {job.job_id}: it is already set up on this node "
-                    f"with other options ({diff}); run jobns teardown first"
-                )
-            if old.state == "running":
-                return  # idempotent: the prolog ran twice
-            # An interrupted setup or epilog of the same job: finish it (nothing is lost:
-            # staged-in inputs go back first), then set up anew.
-            finish(config, job.job_id, old, force=True)
-        try:
-            start(config, job, plan, kill_wait, caps, staging)
-        except UserError as e:
-            if state.is_set_up(config.state_dir, job.job_id):
-                raise  # its teardown failed too: that is for the administrator
-            refuse(config, job, kill_wait, str(e))
-        except BaseException:
+        if not take_setup_mark(config.state_dir, job.job_id, run, background):
             if not state.is_set_up(config.state_dir, job.job_id):
+                lock.release_and_remove()
+            return
+        try:
+            _setup_locked(config, job, plan, kill_wait, caps, staging, run)
+        except UserError:
+            raise  # the job's own, recorded where it could be (already set up): not the node
+        except BaseException as e:
+            if state.is_set_up(config.state_dir, job.job_id):
+                raise
+            if background and isinstance(e, Exception):
+                # Nobody reads a background setup's status: its tasks, waiting in the
+                # SPANK plugin, get the node's failure now, still under the lock (the
+                # run's teardown, waiting on it, then forgets the refusal).
+                from jobns.launcher.lifecycle.unattended import failure_text
+
+                refuse(config, job, kill_wait, node_failed_reason(failure_text(e)), run, True)
+            else:
                 lock.release_and_remove()  # nothing of the job is left: neither is its lock
             raise
 
 
-def _end_an_earlier_run(
-    config: Config, job_id: str, old: Record | None
-) -> tuple[bool, Record | None]:
-    """First under the job lock in every setup: when the job's epilog has run and its
-    background teardown has not (launcher.system.state.take_over_ending), this is a
-    requeued run of the job, and the last run is ended here first; or the epilog of a
-    job cancelled before this setup began, and there is nothing to set up. Returns
-    (whether to set up, the record still there)."""
-    if not state.take_over_ending(config.state_dir, job_id):
-        return True, old
-    if old is None:
-        warn(f"setup {job_id}: the job ended before its setup began; nothing to set up")
-        return False, None
-    finish(config, job_id, old, force=True)
-    return True, None
+def node_failed_reason(error: str) -> str:
+    """What a job's tasks are told when the node failed its background setup."""
+    return (
+        "the node failed to set the job up; it is drained, and the job is requeued where "
+        f"Slurm allows it (not a problem of the job's): {error}"
+    )
+
+
+def _setup_locked(
+    config: Config,
+    job: Job,
+    plan: Plan,
+    kill_wait: float,
+    caps: Capacities | None,
+    staging: Staging | None,
+    run: str | None,
+) -> None:
+    """setup's work once it may set the job up: an earlier run ended, a repeated prolog
+    of this run recognised, else a fresh start; a user's error refuses the job."""
+    old = records.load(config.state_dir, job.job_id)
+    if old is not None and another_run(old, run):
+        if not _end_an_earlier_run(config, job, old):
+            return
+        old = None
+    if old is not None:
+        if old.state == state.REFUSED:
+            return  # the prolog ran twice for a refused job: still refused
+        wanted = options_of(job, caps, staging)
+        if old.options != wanted:
+            was = old.options or {}
+            diff = "; ".join(
+                f"{k}: {_show(was.get(k))}, now {_show(wanted.get(k))}"
+                for k in sorted({*was, *wanted})
+                if was.get(k) != wanted.get(k)
+            )
+            message = (
+                f"setup job {job.job_id}: it is already set up on this node "
+                f"with other options ({diff}); run jobns teardown first"
+            )
+            if run is None:
+                raise JobnsError(message)  # by hand: the administrator's to sort out
+            # One run of Slurm's asks once: keep what it was set up with, as a second
+            # prolog of a refused job keeps its refusal.
+            warn(f"{message} (the job keeps its first options)")
+            return
+        if old.state == "running":
+            return  # idempotent: the prolog ran twice
+        # An interrupted setup or epilog of the same job: finish it (nothing is lost:
+        # staged-in inputs go back first), then set up anew.
+        finish(config, job.job_id, old, force=True)
+    try:
+        start(config, job, plan, kill_wait, caps, staging, run)
+    except UserError as e:
+        if state.is_set_up(config.state_dir, job.job_id):
+            raise  # its teardown failed too: that is for the administrator
+        refuse(config, job, kill_wait, str(e), run)
+
+
+def take_setup_mark(
+    state_dir: str, job_id: str, run: str | None, background: bool, say: bool = True
+) -> bool:
+    """First under the job lock in every setup: may this setup set the job up?
+
+    The packaged prolog leaves <id>.setup naming its run before it returns
+    (launcher.system.state "marks"); a teardown of that run that got the lock first took
+    the mark, and then the run is over before its setup began: a background setup sets
+    up nothing (it would leak a job Slurm has ended). By hand (not background) a setup
+    takes any mark and goes on. An epilog's <id>.ending older than the prolog's mark is
+    from an earlier job of the same id (Slurm's ids start again when its state is wiped):
+    it goes first, so the SPANK plugin never takes it for this run's."""
+    setup_at = state.mark_time(state_dir, job_id, state.SETUP_MARK)
+    if setup_at is not None:
+        state.drop_stale_ending(state_dir, job_id, setup_at)
+    if state.drop_mark(state_dir, job_id, state.SETUP_MARK, run if background else None):
+        return True
+    if not background:
+        return True
+    if say:
+        warn(
+            f"setup {job_id}: the job's epilog came first (run {run or '-'} is over before its "
+            "setup began); nothing to set up"
+        )
+    return False
+
+
+def another_run(record: Record, run: str | None) -> bool:
+    """Is the record of another run of the job than `run`? (Unknown runs are the same.)"""
+    return run is not None and record.run is not None and record.run != run
+
+
+def _end_an_earlier_run(config: Config, job: Job, old: Record) -> bool:
+    """A setup that finds the record of another run of its job (a requeue whose last
+    run's teardown has not come yet, or never will): Slurm ended that run, so it is
+    ended here first. What fails in it because of the job's own data (its stage-out)
+    is the job's problem: the old run is kept as it is (nothing is lost) and this run
+    is refused with the reason; only the node's faults go on. True to set up."""
+    try:
+        finish(config, job.job_id, old, force=True)
+    except UserError as e:
+        reason = f"the job's last run (run {old.run or '-'}) could not be ended on this node: {e}"
+        state.close_run_env(config.state_dir, job.job_id, state.REFUSED, job.user.uid, reason)
+        warn(f"setup {job.job_id}: refused the job (a problem of its user's): {reason}")
+        return False
+    return True
 
 
 def _warn_propagation_once(state_dir: str) -> None:
@@ -245,17 +337,31 @@ def _show(value: object) -> str:
     return "none" if value is None else str(value)
 
 
-def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> None:
-    """The prolog of a job whose request is impossible: record it as refused (under the
-    job lock; a job already set up or refused on this node is left as it is)."""
+def setup_refused(
+    config: Config,
+    job: Job,
+    kill_wait: float,
+    reason: str,
+    run: str | None = None,
+    background: bool = False,
+    node: bool = False,
+) -> None:
+    """The prolog of a job whose request is impossible (node: that the node failed, its
+    setup never began): record it as refused (under the job lock; a job already set up
+    or refused on this node is left as it is)."""
     state.ensure_state_dir(config.state_dir)
-    with state.JobLock(config.state_dir, job.job_id):
-        old = records.load(config.state_dir, job.job_id)
-        go_on, old = _end_an_earlier_run(config, job.job_id, old)
-        if not go_on:
+    with state.JobLock(config.state_dir, job.job_id) as lock:
+        if not take_setup_mark(config.state_dir, job.job_id, run, background, not node):
+            if not state.is_set_up(config.state_dir, job.job_id):
+                lock.release_and_remove()
             return
+        old = records.load(config.state_dir, job.job_id)
+        if old is not None and another_run(old, run):
+            if not _end_an_earlier_run(config, job, old):
+                return
+            old = None
         if old is None:
-            refuse(config, job, kill_wait, reason)
+            refuse(config, job, kill_wait, reason, run, node)
         elif old.state != state.REFUSED:
             warn(
                 f"setup {job.job_id}: {reason} (the job is already {old.state} on this "
@@ -263,16 +369,42 @@ def setup_refused(config: Config, job: Job, kill_wait: float, reason: str) -> No
             )
 
 
-def refuse(config: Config, job: Job, kill_wait: float, reason: str) -> None:
-    """Record a job its user made impossible: nothing of it exists on the node, and every
-    task fails with the reason. The prolog succeeds: the node stays in service."""
-    record = new_record(job, None, kill_wait, config, state=state.REFUSED)
+def refuse_unconfigured(state_dir: str, job_id: str, reason: str, run: str | None) -> None:
+    """A background setup that could not read jobns.toml: its tasks, waiting in the SPANK
+    plugin, fail at once with the reason, through the state_dir the prolog script or
+    the helper named (JOBNS_STATE_DIR). Only run.env is written (root's alone: no job
+    user is known); the teardown removes a job directory that has no record."""
+    if not state_dir.startswith("/") or ".." in state_dir.split("/"):
+        raise JobnsError(f"no state_dir to record job {job_id}'s failure in ({state_dir!r})")
+    state.ensure_state_dir(state_dir)
+    with state.JobLock(state_dir, job_id) as lock:
+        if not state.drop_mark(state_dir, job_id, state.SETUP_MARK, run):
+            if not os.path.lexists(state.job_dir(state_dir, job_id)):
+                lock.release_and_remove()
+            return  # the run's teardown came first: nothing to tell its tasks
+        if state.is_set_up(state_dir, job_id):
+            return  # an earlier run's record: this run's teardown ends it
+        state.private_dir(state.job_dir(state_dir, job_id), None)
+        state.close_run_env(state_dir, job_id, state.REFUSED, None, reason)
+
+
+def refuse(
+    config: Config,
+    job: Job,
+    kill_wait: float,
+    reason: str,
+    run: str | None = None,
+    node: bool = False,
+) -> None:
+    """Record a job its user made impossible (node: that the node failed in the
+    background): nothing of it exists on the node, and every task fails with the reason.
+    A user's problem: the prolog succeeds, the node stays in service."""
+    record = new_record(job, None, kill_wait, config, state=state.REFUSED, run=run)
     record.errors = [reason]
     records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, state.REFUSED, job.user.uid, reason)
-    warn(
-        f"setup {job.job_id}: refused the job (a problem of its user's, not of this node): {reason}"
-    )
+    whose = "this node failed it" if node else "a problem of its user's, not of this node"
+    warn(f"setup {job.job_id}: refused the job ({whose}): {reason}")
 
 
 def start(
@@ -282,10 +414,11 @@ def start(
     kill_wait: float,
     caps: Capacities | None,
     staging: Staging | None,
+    run: str | None = None,
 ) -> Record:
     """A fresh setup: persist the request, then run it to `running`; on failure the
     teardown runs (nothing is lost) and the error is raised again."""
-    record = new_record(job, plan, kill_wait, config, caps, staging)
+    record = new_record(job, plan, kill_wait, config, caps, staging, run=run)
     records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, "pending", job.user.uid)
     state.pause_point("pending")
@@ -791,7 +924,7 @@ def recover_one(config: Config, job_id: str, record: Record) -> str:
         except UserError as e:
             if state.is_set_up(config.state_dir, job_id):
                 raise
-            refuse(config, job, redo.kill_wait, str(e))
+            refuse(config, job, redo.kill_wait, str(e), redo.run)
             return f"{st}: torn down; set up again: refused ({e})"
         return f"{st}: torn down and set up again: running"
     if st == "pre-run":

@@ -16,6 +16,7 @@ import os
 from jobns.launcher.system.errors import JobnsError
 
 DEFAULT_PATH = "/etc/jobns/jobns.toml"
+STAGE_TIMEOUT = 3600.0  # [staging] timeout's default: seconds a staging worker may run
 
 DEFAULTS: dict[str, object] = {
     "local_base": "/tmp",
@@ -60,8 +61,12 @@ class StagingConfig:
         stdio = raw.get("stdio")
         self.stdio = [str(n) for n in _list(stdio)] if stdio is not None else ["stdout", "stderr"]
         self.stage_roots = [str(r) for r in _list(raw.get("stage_roots"))]
-        timeout = raw.get("timeout", 0)
-        self.timeout = float(timeout) if isinstance(timeout, (int, float)) else 0.0
+        # Every staging worker's deadline; 0 (older configs' "no limit") is the default:
+        # a worker stalled by a file system its user serves must end (docs/config.md).
+        timeout = raw.get("timeout", STAGE_TIMEOUT)
+        self.timeout = (
+            float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else STAGE_TIMEOUT
+        )
 
 
 class LifecycleConfig:

@@ -15,7 +15,8 @@ Directives may be interleaved with ``#SBATCH`` lines and other comments. ``# JOB
 (with a space) is an ordinary comment, the usual way to switch a directive off.
 
 The body is whitespace-separated tokens, a verb and then ``key=value`` options. A token
-starting with ``#`` ends the directive (trailing comment). Values cannot be quoted and so
+starting with ``#`` ends the directive (trailing comment), except ``#JOBNS`` (any case):
+a second directive on one line is an error. Values cannot be quoted and so
 cannot contain whitespace or quote characters. Verbs and keys are case-sensitive::
 
     #JOBNS                                   (no-op; marks the job as using jobns directives)
@@ -29,17 +30,42 @@ cannot contain whitespace or quote characters. Verbs and keys are case-sensitive
 
 Decisions where the specification was silent:
 
-* Unknown verbs and unknown keys are warned about (``Directives.warnings``) and ignored,
-  as Slurm ignores unrecognised options for compatibility between versions. Everything
-  else that is wrong (a bad capacity, a missing ``source=``, a repeated key, a verb given
-  twice with different values, a bad symbol) rejects the job: :class:`DirectiveError`.
-* ``#JOBNS`` lines after the header are not applied (as Slurm) but are warned about, since
-  a user who wrote them certainly expected them to work. So are indented directives and
-  lines whose word differs from the configured one only in case.
+* Whatever the user wrote either means exactly what she wrote or rejects the job
+  (:class:`DirectiveError`, one line naming the source, the line and the fix): a job
+  that runs with something other than what she asked for, reported only in the
+  prolog's log, which she never reads, is the worst outcome. So an unknown verb, an
+  unknown key, a word that is not ``key=value`` (``capacity=2 GiB``: the ``GiB``), a
+  space around ``=``, a second directive on one line (``... #JOBNS tmp ...``), a bad
+  capacity, a missing ``source=``, a repeated key, a verb given twice with different
+  values and a bad symbol all reject the job. (Slurm's burst-buffer plugin ignores
+  unknown options; sbatch refuses them, and so does jobns: a newer directive on an
+  older node must not silently do nothing.)
+* ``#JOBNS`` lines after the header are not applied (as Slurm) but only warned about
+  (``Directives.warnings``): the body of a script may legitimately hold such lines for
+  another job (a here-document that writes a batch script). In the header, where only
+  comments live, an indented directive or one whose word differs only in case rejects
+  the job; after it they are warned about too.
+* A trailing ``# comment`` ends a directive and is ignored: it is harmless.
 * A directive line ending in ``\\r`` (DOS line breaks) is rejected: sbatch rejects such
   scripts too, and a ``\\r`` glued to a value would otherwise give a baffling error.
-* ``--directives`` strings (like ``--bb``) are split on newlines and ``;``, so there a path
-  cannot contain ``;``. In a script ``;`` is an ordinary character.
+* ``--directives`` strings (like ``--bb``) and the job comment are split on newlines and
+  ``;``, so there a path cannot contain ``;``. In a script ``;`` is an ordinary character.
+
+Job comment
+-----------
+See :func:`comment_directives`. ``sbatch --comment 'jobns: shm capacity=2GiB'``: the
+directives follow ``jobns:``, exactly so (lower case, the colon right after), at the
+start of the comment or anywhere after a character that is not a letter, digit or
+``_``; a later ``jobns:`` at the start of a token begins more directives (as a
+``job_submit.lua`` rule that appends one). A comment without one is ordinary and ignored,
+unless it was plainly meant for jobns: it starts with the word ``jobns`` in any case
+(``jobns shm ...``, ``JOBNS: ...``), holds ``jobns`` + ``:`` in another spelling
+(``Jobns:``, ``jobns :``), starts with ``#JOBNS`` in any case or holds it, spelt so,
+anywhere (a script line pasted into the comment; ``#`` + the directive word): that rejects
+the job with the spelling to use. Only the start counts for the bare word ``jobns``, which
+must be followed there by a space, ``:``, ``=``, ``;`` or the end: ``testing jobns
+today``, ``jobns-test``, ``jobns.sh``, ``myjobns: x`` and ``#jobns`` inside a sentence
+are ordinary comments.
 
 Capacities
 ----------
@@ -76,9 +102,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError, UserError
 
 DEFAULT_WORD = "JOBNS"
+
+# What starts the directives in a Slurm job comment (sbatch --comment 'jobns: ...').
+COMMENT_PREFIX = "jobns:"
 
 # Two backslash characters: burst_buffer.lua's "stop further processing of this line" marker.
 STOP = "\\\\"
@@ -126,10 +155,11 @@ VERBS = ("shm", "tmp", "shared_tmpdir", "no_rm_tmpdir", "stage_in", "stage_out")
 class DirectiveError(JobnsError):
     """A directive, capacity or path that rejects the job.
 
-    ``lineno`` is the 1-based line of the script (or item of a ``--directives`` string)
-    and ``line`` its text; both are None for errors not tied to a line (e.g. from
-    :func:`parse_capacity` or :func:`confine` called directly). ``problem`` is the message
-    without the location.
+    ``lineno`` is the 1-based line of the script (or item of a ``--directives`` string or
+    job comment) and ``line`` its text; both are None for errors not tied to a line (e.g.
+    from :func:`parse_capacity` or :func:`confine` called directly). ``origin`` names the
+    source as the user wrote it: ``script``, ``--directives`` or ``--comment``.
+    ``problem`` is the message without the location.
     """
 
     def __init__(
@@ -150,13 +180,27 @@ class DirectiveError(JobnsError):
         return DirectiveError(self.problem, lineno, line, origin)
 
 
+class CommentError(DirectiveError, UserError):
+    """A job comment plainly meant for jobns that does not say ``jobns:``.
+
+    Also a UserError: such a comment has no ``jobns:``, so a caller that tells a user's
+    problem from the site's by looking for that prefix must still refuse only her job.
+    """
+
+
 def _locate(problem: str, lineno: int | None, line: str | None, origin: str) -> str:
-    if lineno is None:
+    if line is None:
         return problem
-    where = f"line {lineno}" if origin == "script" else f"{origin} item {lineno}"
-    shown = line if line is None or len(line) <= 200 else line[:200] + "..."
+    if lineno is None:
+        where = origin
+    else:
+        where = f"script line {lineno}" if origin == "script" else f"{origin} item {lineno}"
     # repr() so control characters in a hostile script cannot reach a terminal or a log.
-    return f"{where}: {shown!r}: {problem}"
+    return f"{where}: {_shown(line)!r}: {problem}"
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 # --------------------------------------------------------------------------- capacities
@@ -561,44 +605,120 @@ def parse_script(text: str, word: str = DEFAULT_WORD, granularity: int = 1) -> D
         in_header = in_header and _is_header_line(line)
         body = _directive_body(line, prefix)
         if body is None:
-            _warn_near_miss(result, lineno, line, prefix, in_header)
+            _near_miss(result, lineno, line, prefix, in_header)
         elif not in_header:
             result.warnings.append(
-                _located(
+                _locate(
+                    "directive after the first command is ignored; move it to the top",
                     lineno,
                     line,
                     "script",
-                    "directive after the first command is ignored; move it to the top",
                 )
             )
         else:
-            _apply_line(result, body, lineno, line, "script", granularity)
+            _check_line_end(line, lineno, line, "script")
+            _apply_line(result, body, lineno, line, "script", granularity, prefix)
     return result
 
 
-def parse_directives(text: str, word: str = DEFAULT_WORD, granularity: int = 1) -> Directives:
-    """Directives from a ``--directives`` string (like Slurm's ``--bb``).
+def parse_directives(
+    text: str, word: str = DEFAULT_WORD, granularity: int = 1, source: str = "--directives"
+) -> Directives:
+    """Directives from a ``--directives`` string (like Slurm's ``--bb``) or a job comment.
 
     Items are separated by newlines or ``;``; each may start with ``#WORD`` or not. Blank
     items are skipped. Item numbers in errors count from 1 over all items, blank or not.
+    ``source`` names where the user wrote text in errors and warnings: ``--directives``,
+    or ``--comment`` for the text :func:`comment_directives` returns.
     """
     prefix = "#" + check_word(word)
     result = Directives()
     for lineno, item in enumerate(re.split(r"[\n;]", text), start=1):
-        if not item.strip():
+        shown = item.strip()
+        if not shown:
             continue
-        body = _directive_body(item.strip(), prefix)
-        if body is None and item.lstrip().startswith("#"):
+        _check_line_end(item, lineno, shown, source)
+        body = _directive_body(shown, prefix)
+        if body is None and shown.startswith("#"):
             raise DirectiveError(
                 f"not a {prefix} directive; write it without a leading '#' or as '{prefix} ...'",
                 lineno,
-                item,
-                "--directives",
+                shown,
+                source,
             )
         _apply_line(
-            result, item if body is None else body, lineno, item, "--directives", granularity
+            result, shown if body is None else body, lineno, shown, source, granularity, prefix
         )
     return result
+
+
+def comment_directives(comment: str, word: str = DEFAULT_WORD) -> str | None:
+    """The directive text of a Slurm job comment, for ``parse_directives(text, source=
+    "--comment")``; None for an ordinary comment. See "Job comment" in the module docstring.
+
+    A :class:`CommentError` (a UserError) for a comment plainly meant for jobns that does
+    not say ``jobns:``. Text after each further ``jobns:`` that starts a token is joined
+    with ``;``: a comment ``jobns: shm capacity=1GiB jobns: tmp capacity=2GiB`` (a
+    ``job_submit.lua`` rule appended the second) holds two directives.
+    """
+    prefix = "#" + check_word(word)
+    first = _FIRST_PREFIX_RE.search(comment)
+    before = comment if first is None else comment[: first.start()]
+    _refuse_near_misses(comment, before, prefix)
+    if first is None:
+        return None
+    return ";".join(_NEXT_PREFIX_RE.split(comment[first.end() :]))
+
+
+# The comment prefix: exactly 'jobns:', not glued to a word before it ('myjobns:' is not).
+_FIRST_PREFIX_RE = re.compile(r"(?<![A-Za-z0-9_])jobns:")
+# After the first, directive text is split into tokens: a further prefix starts a token.
+_NEXT_PREFIX_RE = re.compile(r"(?:^|(?<=[\s;]))jobns:")
+
+
+def _any_case(word: str) -> str:
+    # ASCII case only: re.IGNORECASE would also let e.g. U+017F (long s) match 's'.
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+# A comment that starts with the word 'jobns' (any case) is meant for jobns.
+_START_WORD_RE = re.compile(r"\s*(" + _any_case("jobns") + r"(?:[ \t]*[:=;]|(?=\s|$)))")
+# 'jobns' + ':' spelt otherwise: 'JOBNS:', 'Jobns :'.
+_NEAR_PREFIX_RE = re.compile(r"(?<![A-Za-z0-9_])" + _any_case("jobns") + r"[ \t]*:")
+_EXAMPLE = "jobns: shm capacity=2GiB"
+
+
+def _refuse_near_misses(comment: str, before: str, prefix: str) -> None:
+    """A CommentError if the part of the comment before any 'jobns:' was meant for jobns."""
+    start = _START_WORD_RE.match(before)
+    spans = [start.span(1)] if start else []
+    spans += [m.span() for m in _NEAR_PREFIX_RE.finditer(before)]
+    if spans:
+        begin, end = min(spans)
+        rest = comment[end:].strip()
+        fixed = f"{comment[:begin].lstrip()}jobns: {rest}" if rest else _EXAMPLE
+        raise CommentError(
+            "this looks meant for jobns, but directives follow 'jobns:' exactly (lower "
+            f"case, the colon right after); write --comment {_shown(fixed)!r}",
+            line=comment.strip(),
+            origin="--comment",
+        )
+    # A pasted script line: '#JOBNS' as a word, in any case at the start (where a hashtag
+    # is no sentence yet), spelt exactly as the directive word anywhere else.
+    exact = r"(?<![A-Za-z0-9_])" + re.escape(prefix) + r"(?=$|[\s;])[ \t]*"
+    folded = r"(?<![A-Za-z0-9_])" + _any_case(prefix) + r"(?=$|[\s;])[ \t]*"
+    found = re.match(r"\s*" + folded, before) or re.search(exact, before)
+    if found:
+        # The fix: the first such word becomes 'jobns:', any later one a ';'.
+        head, tail = before[: found.start()].lstrip(), before[found.end() :]
+        tail = re.sub(folded, "; ", tail) + comment[len(before) :]
+        fixed = f"{head}jobns: {tail.strip()}" if tail.strip() else _EXAMPLE
+        raise CommentError(
+            f"a job comment takes directives after 'jobns:', not as {prefix} lines; "
+            f"write --comment {_shown(fixed)!r}",
+            line=comment.strip(),
+            origin="--comment",
+        )
 
 
 def _is_header_line(line: str) -> bool:
@@ -616,28 +736,31 @@ def _directive_body(line: str, prefix: str) -> str | None:
     return rest
 
 
-def _warn_near_miss(
-    result: Directives, lineno: int, line: str, prefix: str, in_header: bool
-) -> None:
-    # Silently ignoring what the user obviously meant as a directive is the worst outcome.
+def _check_line_end(raw: str, lineno: int, line: str, origin: str) -> None:
+    if raw.endswith("\r"):
+        fix = "convert the script with dos2unix" if origin == "script" else "remove the '\\r'"
+        raise DirectiveError(f"DOS line break (\\r\\n); {fix}", lineno, line, origin)
+
+
+def _near_miss(result: Directives, lineno: int, line: str, prefix: str, in_header: bool) -> None:
+    """An indented directive or one whose word differs only in case: it rejects the job
+    in the header (where nothing but comments lives, it can only be meant as one) and is
+    warned about after it (as any directive there)."""
     stripped = line.lstrip()
     head = stripped[: len(prefix)]
     after = stripped[len(prefix) : len(prefix) + 1]
     if head.lower() != prefix.lower() or (after and not after.isspace()):
         return
     if len(stripped) != len(line) and head == prefix:
-        problem = "indented directive is ignored; start it in column 1"
+        problem = "indented directive is {}; start it in column 1"
     elif head != prefix:
-        problem = f"directive word is case-sensitive; this line is ignored, write {prefix}"
+        problem = f"directive word is case-sensitive; this line is {{}}, write {prefix}"
     else:
         return
-    if not in_header:
-        problem += " (and move it above the first command)"
-    result.warnings.append(_located(lineno, line, "script", problem))
-
-
-def _located(lineno: int, line: str, origin: str, problem: str) -> str:
-    return _locate(problem, lineno, line, origin)
+    if in_header:
+        raise DirectiveError(problem.format("not applied"), lineno, line, "script")
+    problem = problem.format("ignored") + " (and move it above the first command)"
+    result.warnings.append(_locate(problem, lineno, line, "script"))
 
 
 @dataclass(frozen=True)
@@ -647,12 +770,23 @@ class _Option:
     verbatim: bool  # a STOP marker appeared earlier on the line
 
 
-def _tokens(body: str) -> list[str]:
+def _tokens(body: str, prefix: str, origin: str) -> list[str]:
     words = body.split()
     for i, token in enumerate(words):
+        if token.lower() == prefix.lower():
+            # Not a comment: a second directive, which would silently do nothing.
+            raise DirectiveError(
+                f"a second {prefix} directive inside this one is not applied; {_apart(origin)}"
+            )
         if token.startswith("#"):
             return words[:i]  # trailing comment
     return words
+
+
+def _apart(origin: str) -> str:
+    if origin == "script":
+        return "put each directive on a line of its own"
+    return "separate directives with ';'"
 
 
 def _options(words: list[str]) -> Iterator[_Option]:
@@ -668,13 +802,19 @@ def _options(words: list[str]) -> Iterator[_Option]:
 
 
 def _apply_line(
-    result: Directives, body: str, lineno: int, line: str, origin: str, granularity: int
+    result: Directives,
+    body: str,
+    lineno: int,
+    line: str,
+    origin: str,
+    granularity: int,
+    prefix: str,
 ) -> None:
     try:
-        if line.endswith("\r"):
-            raise DirectiveError("DOS line break (\\r\\n); convert the script with dos2unix")
         result.present = True
-        options = list(_options(_tokens(body)))
+        words = _tokens(body, prefix, origin)
+        _check_spaced_equals(words)
+        options = list(_options(words))
         if options:
             _apply(result, options[0], options[1:], lineno, line, origin, granularity)
     except DirectiveError as err:
@@ -691,16 +831,12 @@ def _apply(
     granularity: int,
 ) -> None:
     if verb.key not in VERBS:
-        result.warnings.append(_located(lineno, line, origin, _unknown_verb(verb.key)))
-        return
+        raise DirectiveError(_unknown_verb(verb.key))
     if verb.value is not None and verb.key != "shared_tmpdir":
         raise DirectiveError(f"{verb.key} takes no '=value'; see '#JOBNS {_USAGE[verb.key]}'")
     known = _KEYS[verb.key]
+    _check_words(verb, options, known, origin)
     values = _collect(options, known, verb.key)
-    for key in sorted({o.key for o in options} - set(known)):
-        result.warnings.append(
-            _located(lineno, line, origin, f"unknown key {key!r} for {verb.key} is ignored")
-        )
     if verb.key in ("shm", "tmp"):
         _set_capacity(result, verb.key, values, granularity)
     elif verb.key == "shared_tmpdir":
@@ -728,12 +864,92 @@ _USAGE = {
     "stage_in": "stage_in source=PATH destination=PATH",
     "stage_out": "stage_out source=PATH destination=PATH",
 }
+# Words that take '=VALUE': a space around their '=' is refused with the joined spelling.
+_VALUED = frozenset({"shared_tmpdir", *(key for keys in _KEYS.values() for key in keys)})
 
 
 def _unknown_verb(verb: str) -> str:
     folded = [v for v in VERBS if v == verb.lower()]
-    hint = f" (directives are case-sensitive: did you mean {folded[0]!r}?)" if folded else ""
-    return f"unknown directive {verb!r} is ignored{hint}; known: {', '.join(VERBS)}"
+    if folded:
+        hint = f" (directives are case-sensitive: did you mean {folded[0]!r}?)"
+    elif verb.lower().startswith(COMMENT_PREFIX):
+        hint = f" ({COMMENT_PREFIX!r} goes once, at the start of a job comment)"
+    else:
+        hint = ""
+    return f"unknown directive {verb!r}{hint}; known: {', '.join(VERBS)}"
+
+
+def _check_spaced_equals(words: list[str]) -> None:
+    """Refuse 'capacity= 2GiB', 'capacity =2GiB' and 'capacity = 2GiB': each would
+    otherwise read as a key without a value plus a stray word."""
+    for i, token in enumerate(words):
+        key, eq, value = token.partition("=")
+        if key not in _VALUED:
+            continue
+        following = words[i + 1 : i + 3]
+        if eq and not value and following and "=" not in following[0]:
+            parts = [token, following[0]]
+        elif not eq and following and following[0].startswith("="):
+            spaced = following[0] == "=" and len(following) > 1 and "=" not in following[1]
+            parts = [token, *following] if spaced else [token, following[0]]
+        else:
+            continue
+        raise DirectiveError(
+            f"{' '.join(parts)!r} has a space around '='; write {''.join(parts)!r}"
+        )
+
+
+def _check_words(
+    verb: _Option, options: list[_Option], known: tuple[str, ...], origin: str
+) -> None:
+    """Refuse every word after the verb that is not one of its keys: each would make the
+    job run otherwise than its user wrote (the 'GiB' of 'capacity=2 GiB' gave 2 bytes)."""
+    usage = f"write '#JOBNS {_USAGE[verb.key]}'"
+    previous: _Option | None = None
+    for option in options:
+        if option.key in known or (option.value is None and option.key == STOP):
+            pass  # a lone marker only stops substitution, as it does glued to a value
+        elif option.value is None:
+            raise DirectiveError(_stray_word(verb, previous, option.key, usage, origin))
+        elif not option.key:
+            raise DirectiveError(f"{'=' + option.value!r} has no key before '='; {usage}")
+        else:
+            folded = [key for key in known if key == option.key.lower()]
+            hint = f" (keys are case-sensitive: did you mean {folded[0]!r}?)" if folded else ""
+            what = usage if known else f"{verb.key} takes no options"
+            raise DirectiveError(f"unknown key {option.key!r} for {verb.key}{hint}; {what}")
+        previous = option
+
+
+def _stray_word(verb: _Option, previous: _Option | None, word: str, usage: str, origin: str) -> str:
+    if word in VERBS:
+        return f"{word!r} starts another directive; {_apart(origin)}"
+    if previous is not None and previous.value and previous.key == "capacity":
+        joined = _joined_capacity(previous.value + word)
+        if joined is not None:
+            return (
+                f"capacity {previous.value + ' ' + word!r} has a space inside; "
+                f"write {'capacity=' + joined!r}"
+            )
+    if previous is not None and previous.value and previous.key in ("source", "destination"):
+        return (
+            f"unexpected word {word!r} after {previous.key}=: a path cannot contain spaces; {usage}"
+        )
+    if verb.key == "shared_tmpdir" and verb.value is None and word in LAYOUT_VALUES:
+        return f"unexpected word {word!r}; write {'shared_tmpdir=' + word!r}"
+    return f"unexpected word {word!r}; {usage}"
+
+
+def _joined_capacity(text: str) -> str | None:
+    """text with its suffix spelt right, if it is a capacity once its spaces are gone."""
+    match = _CAPACITY_RE.fullmatch(text)
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    if not suffix:
+        return number
+    canonical = _SUFFIX_BY_FOLDED.get(suffix.lower())
+    return number + canonical if canonical else None
 
 
 def _collect(options: list[_Option], known: tuple[str, ...], verb: str) -> dict[str, _Option]:

@@ -140,6 +140,19 @@ def job_id_from(flag: str | None, environ: dict[str, str]) -> str:
     return safe_component(raw, "job id", "pass --job-id with letters, digits, '.', '_', '-'")
 
 
+def run_from(environ: dict[str, str], background: bool) -> str | None:
+    """Which run of the job this is: Slurm's restart count (a requeue counts up), which
+    slurmd gives the prolog and the epilog. A background setup or teardown comes from the
+    packaged scripts, whose marks name "" when Slurm gave none; by hand without Slurm's
+    variable there is no run (None: whatever run is recorded is taken as this one)."""
+    raw = environ.get("SLURM_JOB_RESTART_COUNT")
+    if raw is None:
+        return "" if background else None
+    if not (raw.isdigit() and raw.isascii() and len(raw) <= 10):
+        raise JobnsError(f"SLURM_JOB_RESTART_COUNT is {raw[:20]!r}, not a count")
+    return str(int(raw))
+
+
 def user_from(flag: str | None, environ: dict[str, str]) -> User:
     """--user, else SLURM_JOB_USER / SLURM_JOB_UID, else the caller."""
     spec = flag or environ.get("SLURM_JOB_USER") or environ.get("SLURM_JOB_UID")

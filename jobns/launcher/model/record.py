@@ -144,6 +144,7 @@ class Record:
         "options",
         "pins",
         "ran",
+        "run",
         "staging",
         "state",
         "teardown_failures",
@@ -184,6 +185,7 @@ class Record:
         self.history: list[dict[str, object]] = [{"state": state, "at": now}]
         self.options: dict[str, object] | None = None
         self.ran: bool | None = False  # None: an old record; the state decides
+        self.run: str | None = None  # which run of the job (launcher.system.state marks)
         self.capacities: dict[str, int | None] | dict[str, object] = dict(NO_CAPACITIES)
         self.staging: dict[str, object] | None = None
 
@@ -221,6 +223,8 @@ class Record:
         r.options = d.get("options")
         ran = d.get("ran")
         r.ran = ran if isinstance(ran, bool) else None
+        run = d.get("run")
+        r.run = run if isinstance(run, str) else None
         caps = d.get("capacities")
         r.capacities = caps if isinstance(caps, dict) else dict(NO_CAPACITIES)
         r.staging = d.get("staging")
@@ -251,6 +255,8 @@ class Record:
             out["options"] = self.options
         if self.ran is not None:
             out["ran"] = self.ran
+        if self.run is not None:
+            out["run"] = self.run
         return out
 
     def copy(self) -> Record:
@@ -296,8 +302,10 @@ def new_record(
     caps: Capacities | None = None,
     staging: Staging | None = None,
     state: str = "pending",
+    run: str | None = None,
 ) -> Record:
-    """A fresh record; plan None for a refused job (it has no trees)."""
+    """A fresh record; plan None for a refused job (it has no trees); `run` is the job's
+    run (launcher.model.job.run_from)."""
     r = Record(
         job.job_id,
         job.user.name,
@@ -317,6 +325,7 @@ def new_record(
     arc = config.raw.get("arc")
     r.arc = arc if isinstance(arc, dict) else None
     r.options = options_of(job, caps, staging)
+    r.run = run
     if caps is not None:
         r.capacities = caps.record()
     r.staging = staging.record() if staging is not None else None

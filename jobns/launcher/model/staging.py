@@ -20,7 +20,10 @@ crash or restart (``jobns recover``) replays exactly the same operations:
   /tmp, /var/tmp, /dev/shm or its scratch directory; the *host side* (stage_in source,
   stage_out destination) must lie below ``[staging] stage_roots`` or the job's session
   directory. Confinement is lexical; the copies themselves run as the job user (see
-  launcher.system.transfer), so a symlink inside a root reaches only what the user could reach.
+  launcher.system.transfer), so a symlink inside a root reaches only what the user could reach,
+  never through a /proc magic link and never onto a file system the path itself does not pass
+  through (launcher.system.transfer.stage_confined); each staging worker has a deadline,
+  ``[staging] timeout`` (Staging.deadline).
 """
 
 from __future__ import annotations
@@ -93,6 +96,14 @@ class Staging:
         self.timeout = timeout
         self.stage_in = stage_in or []
         self.stage_out = stage_out or []
+
+    @property
+    def deadline(self) -> float:
+        """Seconds each staging worker may run ([staging] timeout); a record of a version
+        that had no such bound says 0, which gets the default: no worker is unbounded."""
+        from jobns.launcher.model.config import STAGE_TIMEOUT
+
+        return self.timeout if self.timeout > 0 else STAGE_TIMEOUT
 
     def record(self) -> dict[str, object]:
         from jobns.launcher.model.plan import tree_record

@@ -139,14 +139,18 @@ def rename_exchange(dir_fd: int, a: str, b: str) -> None:
 
 
 SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (Linux 5.6+)
+AT_FDCWD = -100
 RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02  # /proc/PID/root, /proc/PID/fd/N, ...: ELOOP
 RESOLVE_NO_SYMLINKS = 0x04
 
 
 def openat2(dir_fd: int, name: str, flags: int, resolve: int) -> int:
     """openat2(2): open name below dir_fd with RESOLVE_* limits, e.g. RESOLVE_NO_XDEV,
     which fails with EXDEV rather than enter a mount (and so never sends a request to a
-    FUSE server mounted there). OSError(ENOSYS) on kernels without it."""
+    FUSE server mounted there), or RESOLVE_NO_MAGICLINKS, which fails with ELOOP rather
+    than follow a /proc magic link into another process's root or open files.
+    OSError(ENOSYS) on kernels without it (before Linux 5.6)."""
     how = flags.to_bytes(8, "little") + bytes(8) + resolve.to_bytes(8, "little")
     fd = _syscall(_CLong(SYS_OPENAT2), _CLong(dir_fd), os.fsencode(name), how, _CLong(len(how)))
     if fd < 0:

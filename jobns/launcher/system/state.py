@@ -473,42 +473,86 @@ def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
         os.close(base)
 
 
-# A background epilog (ci/slurm/epilog) leaves <jobs>/<id>.ending before its teardown
-# starts; a setup of the same id (a requeued job) that finds it ends that run itself and
-# renames it to <id>.ended, which tells the late teardown that its run is gone.
+# A run of a job is the job id and Slurm's restart count (SLURM_JOB_RESTART_COUNT, which
+# slurmd gives the prolog and the epilog of every release: a requeue counts up). The
+# packaged scripts leave a mark naming the run before they hand the job on, so that the
+# order of the setup and the teardown that follow is decided under the job's lock, never
+# by which of them started first (docs/admin.md "What the prolog and epilog wait for"):
+#   <jobs>/<id>.setup    the prolog: a setup of this run is on its way. The setup of that
+#                        run takes it; a teardown of the same run that comes first takes
+#                        it instead, and the late setup then sets nothing up.
+#   <jobs>/<id>.ending   the epilog: this run is over and its teardown is on its way. The
+#                        SPANK plugin stops waiting for a setup when it sees it; the
+#                        teardown removes it whatever happens.
+# Each mark holds the run (digits, or nothing when Slurm gave no restart count).
+SETUP_MARK = ".setup"
 ENDING = ".ending"
-ENDED = ".ended"
+MARKS = (SETUP_MARK, ENDING)
 
 
-def end_marker(state_dir: str, job_id: str, suffix: str) -> str:
+def mark_path(state_dir: str, job_id: str, suffix: str) -> str:
     return f"{state_dir}/{JOBS}/{job_id}{suffix}"
 
 
-def take_over_ending(state_dir: str, job_id: str) -> bool:
-    """Under the job lock, in setup: True when the job's epilog has run and its
-    teardown has not (the marker becomes <id>.ended: that teardown will do nothing)."""
+def read_mark(state_dir: str, job_id: str, suffix: str) -> str | None:
+    """The run a script's mark names ("" for a run without a number), None without one.
+    Only root writes under <jobs>; a link or anything but a small file is no mark."""
+    path = mark_path(state_dir, job_id, suffix)
     try:
-        os.rename(end_marker(state_dir, job_id, ENDING), end_marker(state_dir, job_id, ENDED))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise state_error("read the mark", path, e) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    return text if text.isdigit() or not text else None
+
+
+def write_mark(state_dir: str, job_id: str, suffix: str, run: str | None) -> None:
+    """What the scripts write (bash, in ci/slurm/), for jobns's own callers and tests."""
+    write_atomic(mark_path(state_dir, job_id, suffix), f"{run or ''}\n".encode(), None, "mark")
+
+
+def drop_mark(state_dir: str, job_id: str, suffix: str, run: str | None) -> bool:
+    """Remove the mark when it names `run` (any run when run is None: by hand); True if
+    one was removed."""
+    named = read_mark(state_dir, job_id, suffix)
+    if named is None or (run is not None and named != run):
+        return False
+    try:
+        os.unlink(mark_path(state_dir, job_id, suffix))
     except FileNotFoundError:
         return False
     except OSError as e:
-        raise state_error("mark the epilog's teardown as done", state_dir, e) from None
+        raise state_error("remove the mark", mark_path(state_dir, job_id, suffix), e) from None
     return True
 
 
-def ended_by_setup(state_dir: str, job_id: str) -> bool:
-    """Under the job lock, in teardown: True when a later setup of the same id already
-    ended the run this teardown was started for (both markers go)."""
-    taken = os.path.exists(end_marker(state_dir, job_id, ENDED))
-    for suffix in (ENDED, ENDING):
-        _unlink_quietly(end_marker(state_dir, job_id, suffix))
-    return taken
+def mark_time(state_dir: str, job_id: str, suffix: str) -> int | None:
+    """When a mark was written (st_mtime_ns), None without one."""
+    try:
+        return os.lstat(mark_path(state_dir, job_id, suffix)).st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
-def drop_ending(state_dir: str, job_id: str) -> None:
-    """A teardown run by hand: the epilog's marker, if one was left (its own teardown
-    never ran), would make the job id's next setup set nothing up."""
-    _unlink_quietly(end_marker(state_dir, job_id, ENDING))
+def drop_stale_ending(state_dir: str, job_id: str, setup_at: int) -> None:
+    """An epilog's mark older than the prolog's mark of the run being set up belongs to
+    an earlier job of the same id (a run's epilog never comes before its prolog):
+    remove it. (The SPANK plugin applies the same rule before it trusts the mark.)"""
+    ending_at = mark_time(state_dir, job_id, ENDING)
+    if ending_at is not None and ending_at < setup_at:
+        _unlink_quietly(mark_path(state_dir, job_id, ENDING))
+
+
+def later_run(run: str | None, than: str | None) -> bool:
+    """Is `run` a later run of the job than `than`? (Unknown runs are never later.)"""
+    return bool(run and than and run.isdigit() and than.isdigit() and int(run) > int(than))
 
 
 def is_set_up(state_dir: str, job_id: str) -> bool:
@@ -526,4 +570,4 @@ def list_jobs(state_dir: str) -> list[str]:
             f"list the jobs under {state_dir}: permission denied (job state is "
             "private: run this as root)"
         ) from None
-    return sorted(n for n in names if not n.endswith((".lock", ENDING, ENDED)) and ".tmp-" not in n)
+    return sorted(n for n in names if not n.endswith((".lock", *MARKS)) and ".tmp-" not in n)

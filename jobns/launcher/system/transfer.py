@@ -35,6 +35,7 @@ import errno
 import os
 import stat
 import sys
+import time
 
 from jobns.launcher.system import removal
 from jobns.launcher.system.errors import JobnsError
@@ -165,6 +166,98 @@ def open_dir_path(path: str) -> int:
         os.close(pfd)
 
 
+# ------------------------------------------------------- a directive's own paths
+#
+# A stage_in/stage_out path is the user's: the worker follows its symbolic links (they
+# reach only what she could reach), but never a /proc magic link (/proc/PID/root of her
+# process in another job leads into that job's mounts, a FUSE server of hers among
+# them), and what it names must lie on a file system the path itself passes through:
+# the mount whose mount point is the path or its nearest ancestor in the host's mount
+# table, or any mount at one of its ancestors ("/" included). A link may lead anywhere
+# on those file systems, never onto another one (her FUSE mount in another job's tree,
+# another namespace's mount). A FUSE mount on the path itself is allowed; the step's
+# deadline bounds what its server does.
+
+
+def open_stage_path(path: str, flags: int) -> int:
+    """Open a directive's path, following symbolic links but no magic link (ELOOP)."""
+    from jobns.launcher.system import libc
+
+    return libc.openat2(libc.AT_FDCWD, path, flags | os.O_CLOEXEC, libc.RESOLVE_NO_MAGICLINKS)
+
+
+def open_stage_dir(path: str) -> int:
+    """A directive's destination directory, made (0700) where missing, like
+    os.makedirs but every existing component opened without magic links."""
+    from jobns.launcher.system import libc
+
+    flags = os.O_RDONLY | os.O_DIRECTORY
+    missing: list[str] = []
+    here = path
+    while True:
+        try:
+            fd = open_stage_path(here or "/", flags)
+            break
+        except FileNotFoundError:
+            if not here or here == "/":
+                raise
+            here, _, name = here.rpartition("/")
+            missing.append(name)
+    try:
+        for name in reversed(missing):
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            sub = libc.openat2(fd, name, flags | os.O_CLOEXEC, libc.RESOLVE_NO_MAGICLINKS)
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unescape(field: str) -> str:
+    """/proc/self/mountinfo writes space, tab, newline and backslash as \\ooo."""
+    if "\\" not in field:
+        return field
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_table() -> dict[int, str]:
+    """Mount id -> mount point, of this process's (the host's) mount namespace."""
+    table = {}
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split(" ", 5)
+            if len(fields) > 4 and fields[0].isdigit():
+                table[int(fields[0])] = _unescape(fields[4])
+    return table
+
+
+def mount_id(fd: int) -> int:
+    """The id of the mount fd's object is reached through (mountinfo's first field)."""
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        for line in f:
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOTSUP, "no mnt_id in /proc/self/fdinfo")
+
+
+def stage_confined(fd: int, path: str, mounts: Callable[[], dict[int, str]]) -> str | None:
+    """None if the object open at fd lies on a mount whose mount point is `path` or
+    one of its ancestors; else what it lies on, for a message."""
+    point = mounts().get(mount_id(fd))
+    if point is None:
+        return "a mount of another mount namespace"
+    if point == "/" or path == point or path.startswith(point + "/"):
+        return None
+    return f"the file system mounted at {printable(point)}"
+
+
 class Transfer:
     """The engine; one per worker. Collects errors and warnings instead of stopping at
     the first, so one unreadable file does not keep every other output in scratch."""
@@ -177,6 +270,14 @@ class Transfer:
         self.warnings = Lines()
         self.committed = 0
         self._pause = os.environ.get(PAUSE_VAR, "")
+        self._mount_table: dict[int, str] | None = None
+        # The whole step's end (the root side kills the worker then, launcher.system
+        # .transfer.as_user): a movetool gets what is left of it, so its failure is
+        # reported, and its source kept, before that.
+        self._end = time.monotonic() + timeout if timeout > 0 else None
+
+    def _left(self) -> float | None:
+        return None if self._end is None else max(0.001, self._end - time.monotonic())
 
     def result(self) -> Result:
         return {
@@ -394,7 +495,7 @@ class Transfer:
                 cwd="/",
                 env=sysprog.environment(_tool_env()),
                 check=False,
-                timeout=self.timeout or None,
+                timeout=self._left(),
                 preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),
             )
             failure = (
@@ -403,7 +504,9 @@ class Transfer:
                 else f"exit status {r.returncode}: {_tail(r.stderr or r.stdout)}"
             )
         except subprocess.TimeoutExpired:
-            failure = f"still running after {self.timeout:g} s ([staging] timeout)"
+            failure = (
+                f"still running when the step's {self.timeout:g} s ran out ([staging] timeout)"
+            )
         except OSError as e:
             failure = f"{e.strerror}; check [arc] movetool"
         pfd = open_dir_at(dfd, part)
@@ -436,9 +539,13 @@ class Transfer:
 
     def copy_path(self, src: str, dst: str, line: str) -> None:
         """A stage_in/stage_out directive: copy file or directory src to dst (a directory
-        is merged into an existing one; a file replaces an existing file)."""
+        is merged into an existing one; a file replaces an existing file). Both paths are
+        the user's: they are opened without /proc magic links and must stay on the file
+        systems their own paths pass through (stage_confined)."""
+        side = "stage_in" if self.phase == "staging-in" else "stage_out"
         try:
-            st = os.stat(src)  # the directive names this path: follow it, not links below
+            # The directive names this path: follow its links (not magic ones), not links below.
+            spfd = open_stage_path(src, os.O_PATH)
         except FileNotFoundError:
             if self.phase == "staging-out":
                 self.warnings.append(f"{line!r}: {src} does not exist; nothing copied out")
@@ -448,18 +555,36 @@ class Transfer:
                 )
             return
         except OSError as e:
+            self._refuse_path(line, f"{side} source", src, e)
+            return
+        try:
+            self._copy_resolved(spfd, src, dst, line, side)
+        finally:
+            os.close(spfd)
+
+    def _copy_resolved(self, spfd: int, src: str, dst: str, line: str, side: str) -> None:
+        try:
+            foreign = stage_confined(spfd, src, self._mounts)
+            if foreign is not None:
+                self._refuse_mount(line, f"{side} source", src, foreign)
+                return
+            st = os.fstat(spfd)
+        except OSError as e:
             self._error("stat", src, e, f"fix {line!r}")
             return
         parent, _, name = dst.rpartition("/")
         try:
-            os.makedirs(parent or "/", mode=0o700, exist_ok=True)
-            pfd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            pfd = open_stage_dir(parent or "/")
         except OSError as e:
-            self._error("create", parent, e, f"fix {line!r}")
+            self._refuse_path(line, f"{side} destination", parent or "/", e)
             return
         try:
+            foreign = stage_confined(pfd, parent or "/", self._mounts)
+            if foreign is not None:
+                self._refuse_mount(line, f"{side} destination", dst, foreign)
+                return
             if stat.S_ISDIR(st.st_mode):
-                sfd = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                sfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=spfd)
                 try:
                     self._copy_into(sfd, pfd, name, st, src, dst)
                 finally:
@@ -472,7 +597,8 @@ class Transfer:
                         "name the file itself as destination"
                     )
                     return
-                fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+                # Reopened through our own O_PATH fd: the very file examined above.
+                fd = os.open(f"/proc/self/fd/{spfd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
                 try:
                     self._copy_file_fd(fd, pfd, name, os.fstat(fd), dst)
                 finally:
@@ -485,6 +611,33 @@ class Transfer:
             self._error("copy", f"{src} -> {dst}", e, _fix(e))
         finally:
             os.close(pfd)
+
+    def _mounts(self) -> dict[int, str]:
+        """The host's mount table (mount id -> mount point), read once per worker: a
+        mount made later is unknown, so refused, never trusted."""
+        if self._mount_table is None:
+            self._mount_table = mount_table()
+        return self._mount_table
+
+    def _refuse_path(self, line: str, what: str, path: str, e: OSError) -> None:
+        if e.errno == errno.ELOOP:
+            reason = (
+                "it leads through a /proc magic link (such as /proc/PID/root or "
+                "/proc/PID/fd/N), which staging never follows, or through too many "
+                "symbolic links; name the file's own path below an allowed root"
+            )
+        elif e.errno == errno.ENOSYS:
+            reason = "this kernel has no openat2 (Linux 5.6 or later is needed to stage)"
+        else:
+            reason = (e.strerror or str(e)).rpartition(": ")[2] + f"; fix {line!r}"
+        self.errors.append(f"{line!r}: {what} {path}: {reason}")
+
+    def _refuse_mount(self, line: str, what: str, path: str, foreign: str) -> None:
+        self.errors.append(
+            f"{line!r}: {what} {path} leads onto {foreign}, a file system its path does "
+            "not pass through; staging never follows a link onto another file system: "
+            "name the path on that file system itself, below an allowed root"
+        )
 
     def _copy_into(
         self, sfd: int, parent_fd: int, name: str, st: os.stat_result, spath: str, dpath: str
@@ -747,15 +900,43 @@ def _tool_env() -> dict[str, str]:
 # ---------------------------------------------------------------------- the worker
 
 
-def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[], Result]) -> Result:
+class OutOfTime(Exception):
+    """A worker did not finish within its deadline; it was killed (SIGKILL, its whole
+    process group). reaped: False when it could not be reaped at once (stuck in the
+    user's file system: init reaps it once that answers)."""
+
+    def __init__(self, what: str, pid: int, seconds: float, reaped: bool) -> None:
+        super().__init__(f"{what}: still running after {seconds:g} s")
+        self.pid = pid
+        self.seconds = seconds
+        self.reaped = reaped
+
+
+KILL_GRACE = 2.0  # seconds root waits for a killed worker to be reaped, then leaves it
+
+
+def as_user(
+    uid: int,
+    gid: int,
+    groups: list[int],
+    what: str,
+    work: Callable[[], Result],
+    deadline: float = 0.0,
+) -> Result:
     """Run work() in a forked child (launcher.system.fork: it holds nothing of root's, not the
-    job lock, state or tree fds) that is the job user; its Result, or an error."""
+    job lock, state or tree fds) that is the job user; its Result, or an error.
+
+    With a deadline (seconds, > 0) root waits for the worker at most that long: it only
+    polls the worker's pipes, never touches the user's files, so a file system she
+    serves (a stopped FUSE server) can stall the worker but never root. When it passes,
+    the worker's process group is killed and OutOfTime raised."""
     from jobns.launcher.system.fork import spawn
 
     r, w = os.pipe2(os.O_CLOEXEC)
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
+    end = time.monotonic() + deadline if deadline > 0 else None
 
     def worker() -> None:
         os.setgroups(groups)
@@ -777,22 +958,28 @@ def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[],
         while data:
             data = data[os.write(w, data) :]
 
-    child = spawn(worker, keep=(w,))
-    os.close(w)
-    chunks = []
-    size = 0
+    # A process group of its own (set on both sides: no race with a kill), so that a
+    # movetool it runs dies with it.
+    child = spawn(worker, keep=(w,), before=lambda: os.setpgid(0, 0))
     try:
-        while size <= MAX_REPORT:  # past it, closing the pipe ends the worker's writes
-            chunk = os.read(r, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(r)
-        failure = child.report()
-        status = child.wait()
-    if size > MAX_REPORT:
+        os.setpgid(child.pid, child.pid)
+    except OSError:
+        pass  # it did so itself already
+    os.close(w)
+    report, failure_data, done = _read_worker(r, child.report_fd, end)
+    child.report_fd = -1  # closed by _read_worker
+    if not done:
+        _kill_group(child.pid)
+        reaped = _reap(child.pid, KILL_GRACE)
+        raise OutOfTime(what, child.pid, deadline, reaped is not None)
+    # Both pipes closed: it is exiting. Still bounded: closing a file of a stalled FUSE
+    # server on exit can block it.
+    left = KILL_GRACE if end is None else max(KILL_GRACE, end - time.monotonic())
+    reaped = _reap(child.pid, left)
+    if reaped is None:
+        _kill_group(child.pid)
+    status = reaped or 0
+    if report is None:
         return {
             "errors": [
                 f"{what}: the worker (job user {uid}) reported more than {MAX_REPORT} "
@@ -808,12 +995,13 @@ def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[],
             ],
             "warnings": [],
         }
+    failure = _failure(failure_data)
     if failure is not None:
-        return {"errors": [f"{what}: {failure[1]}"], "warnings": []}
+        return {"errors": [f"{what}: {failure}"], "warnings": []}
     try:
         import json
 
-        result = json.loads(b"".join(chunks))
+        result = json.loads(report)
         assert isinstance(result, dict)
         return result
     except (ValueError, AssertionError, RecursionError):
@@ -823,6 +1011,85 @@ def as_user(uid: int, gid: int, groups: list[int], what: str, work: Callable[[],
             ],
             "warnings": [],
         }
+
+
+def _read_worker(r: int, report_fd: int, end: float | None) -> tuple[bytes | None, bytes, bool]:
+    """Read the worker's result pipe and its fork report pipe until both are closed or
+    `end` (monotonic) passes: (result, or None if over MAX_REPORT; fork report; whether
+    both closed). Closes both fds."""
+    import select
+
+    chunks: list[bytes] = []
+    size = 0
+    failure = b""
+    poller = select.poll()
+    waiting = {r, report_fd}
+    for fd in waiting:
+        poller.register(fd, select.POLLIN)
+    try:
+        while waiting:
+            if end is None:
+                timeout_ms = None
+            else:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None, failure, False
+                timeout_ms = max(1, int(left * 1000) + 1)
+            for fd, _ in poller.poll(timeout_ms):
+                chunk = os.read(fd, 1 << 16)
+                if fd == report_fd:
+                    failure = (failure + chunk)[:MAX_REPORT]
+                else:
+                    chunks.append(chunk)
+                    size += len(chunk)
+                if not chunk or size > MAX_REPORT:
+                    # Past MAX_REPORT, closing the pipe ends the worker's writes.
+                    poller.unregister(fd)
+                    waiting.discard(fd)
+                    if fd == r:
+                        os.close(r)
+                        r = -1
+    finally:
+        for fd in (r, report_fd):
+            if fd >= 0:
+                os.close(fd)
+    return (b"".join(chunks) if size <= MAX_REPORT else None), failure, True
+
+
+def _failure(data: bytes) -> str | None:
+    """The message of a fork report (launcher.system.fork: "<code> <kind> <message>")."""
+    if not data:
+        return None
+    text = data.decode(errors="replace")
+    _, _, rest = text.partition(" ")
+    kind, _, msg = rest.partition(" ")
+    return msg if kind in ("U", "E") else text
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the worker's process group: the worker, and a movetool it started. Only
+    ever called before the worker is reaped, so the group id is still the worker's."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int, grace: float) -> int | None:
+    """The worker's wait status, waiting at most grace seconds; None if it has not
+    ended by then (stuck in a file system's uninterruptible request, a SIGKILL pending):
+    it is left to init, which reaps it once it ends (root must not hang on it)."""
+    end = time.monotonic() + grace
+    while True:
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if got:
+            return status
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.01)
 
 
 def errors_of(result: Result) -> list[str]:
