@@ -67,11 +67,17 @@ class Release:
 # Container runtimes of forky only (tests/e2e/test_rig_hpc_runtimes.py): charliecloud's
 # ch-run (unprivileged), and Podman 5 with crun 1.28 (runc is in PACKAGES)
 FORKY = ("charliecloud-runtime", "podman", "crun")
+# MPI over Slurm's mpi/pmix (tests/e2e/test_rig_inside_mpi.py): Open MPI (mpicc, its
+# libraries) and Debian's Python bindings of the PMIx client, to ask PMIx_Get inside a
+# job. Only the releases whose Slurm has mpi/pmix (22.05: mpi_pmix_v4, Open MPI 4.1;
+# 24.11: mpi_pmix_v5, Open MPI 5); forky's 26.05 has no mpi/pmix, and Open MPI 5 and
+# later speak nothing else (no PMI-2), so forky gets none of it.
+MPI = ("openmpi-bin", "libopenmpi-dev", "python3-pmix")
 RELEASES = {
     r.suite: r
     for r in (
-        Release("bookworm", "22.05", "3.11"),
-        Release("trixie", "24.11", "3.13"),
+        Release("bookworm", "22.05", "3.11", packages=MPI),
+        Release("trixie", "24.11", "3.13", packages=MPI),
         Release("forky", "26.05", "3.14", script="sid", expired_release=True, packages=FORKY),
     )
 }

@@ -96,6 +96,10 @@ def render_conf(
         "SlurmUser": "root",
         "SlurmdUser": "root",
         "AuthType": "auth/munge",
+        # A requeued job starts again once its last credential expired (default 120 s,
+        # 1200 on 22.05): 30 s keeps the requeue tests short; sooner (an administrator's
+        # StartTime=now), slurmd may skip the new run's prolog (it still holds the id).
+        "AuthInfo": "cred_expire=30",
         "CredType": "cred/munge",
         "StateSaveLocation": "/var/spool/slurmctld",
         "SlurmdSpoolDir": "/var/spool/slurmd",

@@ -266,6 +266,7 @@ SCHEMAS: dict[str, dict[str, object]] = {'config.schema.json': {'$id': 'https://
                                                                   'user': {'type': ['string',
                                                                                     'null']}},
                                                    'type': 'object'},
+                                          'prolog_at': {'type': 'number'},
                                           'ran': {'type': 'boolean'},
                                           'run': {'pattern': '^[0-9]{0,10}$', 'type': 'string'},
                                           'staging': {'additionalProperties': False,

@@ -104,6 +104,29 @@ def test_jobns_depends_on_debians_python_modules(built: tuple[str, list[Path], P
     assert "/etc/jobns/jobns.toml" in control_file(jobns, "conffiles")
 
 
+def test_the_packages_carry_the_release_they_were_built_for(
+    built: tuple[str, list[Path], Path],
+) -> None:
+    """Issue 32: 0.1.0~deb12u1 on bookworm (ci/deb-suffix), in the version and the file
+    names, so that one apt repository holds every release's packages; the checkout's
+    debian/changelog is not touched by the build."""
+    suffix = subprocess.run(
+        [str(REPO / "ci" / "deb-suffix")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    base = subprocess.run(
+        ["dpkg-parsechangelog", "-l", str(REPO / "debian" / "changelog"), "-S", "Version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    jobns, slurm = built[1]
+    for deb in (jobns, slurm):
+        assert field(deb, "Version") == base + suffix, deb
+        assert deb.name.startswith(f"{deb.name.split('_')[0]}_{base}{suffix}_"), deb.name
+    assert f"jobns (= {base}{suffix})" in field(slurm, "Depends")
+    assert "~" not in base  # the suffix is the build's, never committed
+
+
 def control_file(deb: Path, name: str) -> str:
     out = subprocess.run(["dpkg-deb", "-I", str(deb), name], capture_output=True, text=True)
     return out.stdout
@@ -120,6 +143,8 @@ def test_jobns_slurm_holds_the_plugin_and_the_pam_module_for_this_slurm(
     plugin = f"/usr/lib/{arch}/slurm-wlm/jobns_spank.so"
     for path in (
         plugin,
+        # Slurm's own plugin type, named from it (22.05: job_container/jobns)
+        f"/usr/lib/{arch}/slurm-wlm/job_container_jobns.so",
         f"/usr/lib/{arch}/security/pam_jobns.so",
         "/etc/slurm/plugstack.conf.d/jobns.conf",
         "/usr/share/man/man8/pam_jobns.8.gz",
@@ -130,11 +155,12 @@ def test_jobns_slurm_holds_the_plugin_and_the_pam_module_for_this_slurm(
     assert active == [] and f"#required {plugin} state_dir=/run/jobns" in conf
     header = Path("/usr/include/slurm/slurm_version.h").read_text()
     num = int(re.search(r"define SLURM_VERSION_NUMBER (0x[0-9a-fA-F]+)", header).group(1), 16)  # type: ignore[union-attr]
-    major, minor = num >> 16 & 0xFF, num >> 8 & 0xFF
+    major, minor, micro = num >> 16 & 0xFF, num >> 8 & 0xFF, num & 0xFF
     depends = field(slurm, "Depends")
+    # The job_container plugin loads only in the exact major.minor.micro it was built for.
     assert (
-        f"slurm-wlm-basic-plugins (>= {major}.{minor:02d}), "
-        f"slurm-wlm-basic-plugins (<< {major}.{minor + 1:02d})"
+        f"slurm-wlm-basic-plugins (>= {major}.{minor:02d}.{micro}), "
+        f"slurm-wlm-basic-plugins (<< {major}.{minor:02d}.{micro + 1})"
     ) in depends, depends
     assert "libpam0g" in depends and "jobns (= " in depends
     assert "/etc/slurm/plugstack.conf.d/jobns.conf" in control_file(slurm, "conffiles")

@@ -833,20 +833,16 @@ def wait_file(cluster: SlurmCluster, path: str, job_id: str, timeout: float = 12
 BETWEEN_RUNS = ("COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
 
-def eligible_now(cluster: SlurmCluster, job_id: str, timeout: float = 120) -> None:
-    """A requeued job may start again only after the credential lifetime (slurmctld sets
-    its begin time so); root's StartTime=now, once the requeue made it PENDING, lets it
-    run at once. Returns once it runs again (or ended)."""
+def eligible_now(cluster: SlurmCluster, job_id: str, timeout: float = 150) -> None:
+    """Until a requeued job runs again (or ended). Slurm lets it start once its last
+    credential expired (the rig's cred_expire=30); an administrator's StartTime=now
+    would let it start sooner, but slurmd then may skip its prolog (it still holds the
+    job id), which no user can cause."""
     deadline = time.monotonic() + timeout
     while True:
         r = cluster.controller.exec(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=10)
         q = r.stdout.strip()
-        if q == "PENDING":
-            # (it may have started meanwhile: "Job is no longer pending execution")
-            cluster.controller.exec(
-                ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=10
-            )
-        elif r.exit_code == 0 and q not in BETWEEN_RUNS:
+        if r.exit_code == 0 and q not in ("PENDING", *BETWEEN_RUNS):
             return
         assert time.monotonic() < deadline, f"job {job_id} still {q}\n{cluster.logs()}"
         time.sleep(0.5)

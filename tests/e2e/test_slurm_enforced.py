@@ -329,17 +329,16 @@ def scontrol(*args: str) -> None:
 
 
 def eligible_now(job_id: str) -> None:
-    """A requeued job may start again only after the credential lifetime (1200 s by
-    default: slurmctld's _job_requeue_op sets its begin time so); the administrator's
-    StartTime=now lets it run at once, once the requeue has made it pending."""
-    deadline = time.monotonic() + 120
+    """Until a requeued job runs again (or ended). Slurm lets it start once its last
+    credential expired (ci/start-slurm's cred_expire=30); an administrator's
+    StartTime=now would let it start sooner, but slurmd then may skip its prolog (it
+    still holds the job id), which no user can cause."""
+    deadline = time.monotonic() + 150
     while True:
         q = subprocess.run(
             ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
         ).stdout.strip()
-        if q == "PENDING":
-            scontrol("update", f"JobId={job_id}", "StartTime=now")
-        elif q not in ("COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
+        if q not in ("PENDING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
             return  # running again (or ended)
         assert time.monotonic() < deadline, f"job {job_id} still {q}"
         time.sleep(0.5)

@@ -201,7 +201,9 @@ def test_a_session_open_when_the_job_ends_is_ended_and_leaves_nothing(
 def test_doctor_checks_the_ssh_stack_and_namespace_plugins(cluster: SshCluster) -> None:
     r = cluster.host("jobns doctor")
     assert "ok: /etc/pam.d/sshd: pam_jobns follows pam_slurm_adopt" in r.stdout, r
-    assert "ok: no Slurm namespace plugin besides jobns's enforcement" in r.stdout, r
+    # No other namespace plugin; jobns's own (job_container/jobns) is only suggested.
+    assert "is configured while jobns enforces" not in r.stdout, r
+    assert "note: no JobContainerType=/NamespaceType= of jobns's" in r.stdout, r
     cluster.host("cp /etc/pam.d/sshd /var/tmp/sshd.pam && sed -i '$d' /etc/pam.d/sshd").check(
         "drop pam_jobns's session line"
     )

@@ -127,25 +127,36 @@ def test_a_requeued_job_is_set_up_anew_before_its_last_teardown_began(
     sandbox: Sandbox, users: list[OsUser]
 ) -> None:
     """Run 0's epilog has run, its teardown not yet, when run 1's prolog (a requeue)
-    sets the job up: setup ends run 0 itself; run 0's late teardown then finds a later
-    run's record and leaves it alone (only its own mark goes)."""
+    sets the job up: setup ends run 0 itself; run 0's late teardown then finds the record
+    of a run whose prolog came after its epilog and leaves it alone (CI found a teardown
+    that went by the epilog's restart count, which is already the next run's, ending the
+    new run)."""
     alice = users[0]
     r = sandbox.run(["setup", "--job-id", "404", "--user", alice.name], env=runs("0"))
     assert r.returncode == 0, r.stderr
     task(sandbox, "404", alice, "echo first-run > /tmp/old")
-    mark(sandbox, "404", ".ending", "0")  # run 0's epilog
-    mark(sandbox, "404", ".setup", "1")  # run 1's prolog
+    # Run 0's epilog (Slurm gives it run 1's count already: it counts the requeue up
+    # before it ends the run), then, once the job may start again, run 1's prolog.
+    epilog_at = time.time() - 5
+    mark(sandbox, "404", ".ending", "1", age=5)
+    mark(sandbox, "404", ".setup", "1")
     r = sandbox.run(
         ["setup", "--background", "--job-id", "404", "--user", alice.name], env=runs("1")
     )
     assert r.returncode == 0, r.stderr
     assert task(sandbox, "404", alice, "ls /tmp/old 2>&1; true") != "/tmp/old\n"  # a fresh run
     assert not (sandbox.state / "jobs" / "404.setup").exists()
-    late = sandbox.run(["teardown", "--background", "--job-id", "404"], env=runs("0"))
+    late = sandbox.run(
+        ["teardown", "--background", "--job-id", "404"],
+        env={**runs("1"), "JOBNS_EPILOG_AT": repr(epilog_at)},
+    )
     assert late.returncode == 0, late.stderr
     assert not (sandbox.state / "jobs" / "404.ending").exists()
     assert task(sandbox, "404", alice, "echo still > /tmp/y; cat /tmp/y") == "still\n"
-    done = sandbox.run(["teardown", "--background", "--job-id", "404"], env=runs("1"))
+    done = sandbox.run(
+        ["teardown", "--background", "--job-id", "404"],
+        env={**runs("1"), "JOBNS_EPILOG_AT": repr(time.time())},
+    )
     assert done.returncode == 0, done.stderr
     assert_clean(sandbox)
 
@@ -160,7 +171,10 @@ def test_an_epilog_whose_teardown_came_first_leaves_nothing_set_up(
     alice = users[0]
     mark(sandbox, "405", ".setup", "0")
     mark(sandbox, "405", ".ending", "0")
-    first = sandbox.run(["teardown", "--background", "--job-id", "405"], env=runs("0"))
+    first = sandbox.run(
+        ["teardown", "--background", "--job-id", "405"],
+        env={**runs("0"), "JOBNS_EPILOG_AT": repr(time.time())},
+    )
     assert first.returncode == 0, first.stderr
     r = sandbox.run(
         ["setup", "--background", "--job-id", "405", "--user", alice.name], env=runs("0")

@@ -55,10 +55,13 @@ def test_a_kernel_without_user_namespaces(tmp_path: Path) -> None:
 
 
 def test_no_loop_control(tmp_path: Path) -> None:
-    (found,) = doctor.loop_devices(str(tmp_path))
+    """A problem where a disk backing needs loop devices (tests/unit/test_doctor_verdict.py
+    has the note where nothing does)."""
+    users = ['[capacity] tmp_backing = "disk"']
+    (found,) = doctor.loop_devices(str(tmp_path), users)
     assert found[0] == "problem" and "modprobe loop" in found[1]
     (tmp_path / "loop-control").write_text("")
-    assert kinds(doctor.loop_devices(str(tmp_path))) == ["problem"]
+    assert kinds(doctor.loop_devices(str(tmp_path), users)) == ["problem"]
 
 
 def test_slurm_conf_keys_includes_and_comments(tmp_path: Path) -> None:

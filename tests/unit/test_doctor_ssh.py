@@ -100,14 +100,82 @@ def test_no_pam_slurm_adopt_or_no_sshd_is_a_note(tmp_path: Path) -> None:
     ],
 )
 def test_a_slurm_namespace_plugin_beside_enforcement_is_a_problem(values: dict[str, str]) -> None:
-    found = doctor.slurm_namespace_plugins(values)
-    assert kinds(found) == ["problem"], found
-    assert "fix: remove" in found[0][1]
+    found = doctor.slurm_namespace_plugins(values, "22.05.8")
+    assert kinds(found) == ["problem", "note"], found
+    assert "/jobns (jobns's own plugin of that type) instead" in found[0][1]
 
 
-def test_no_slurm_namespace_plugin_is_ok() -> None:
+def test_no_slurm_namespace_plugin_is_a_note_naming_jobns_own() -> None:
     for values in ({}, {"jobcontainertype": "job_container/none"}):
-        assert kinds(doctor.slurm_namespace_plugins(values)) == ["ok"]
+        found = doctor.slurm_namespace_plugins(values, "22.05.8")
+        assert kinds(found) == ["note"], found
+        assert "JobContainerType=job_container/jobns" in found[0][1]
+
+
+def plugin_dir(tmp_path: Path, name: str, built: str) -> Path:
+    """A PluginDir holding a copy of a real Slurm plugin renamed `name`, or (built "")
+    an empty one."""
+    d = tmp_path / "plugins"
+    d.mkdir()
+    if built:
+        import glob
+
+        real = sorted(glob.glob("/usr/lib/*/slurm-wlm/job_container_tmpfs.so"))
+        if not real:
+            pytest.skip("no Slurm plugin on this machine to copy (apt-get install slurm-wlm)")
+        (d / name).write_bytes(Path(real[0]).read_bytes())
+    return d
+
+
+def test_jobns_container_plugin_built_for_this_slurm_is_ok(tmp_path: Path) -> None:
+    d = plugin_dir(tmp_path, "job_container_jobns.so", "yes")
+    built = doctor._plugin_version(str(d / "job_container_jobns.so"))
+    assert built
+    (tmp_path / "mpi.conf").write_text("PMIxCliTmpDirBase=/var/spool/slurmd/pmix\n")
+    values = {
+        "jobcontainertype": "job_container/jobns",
+        "plugindir": str(d),
+        "prologflags": "Alloc",
+    }
+    found = doctor.slurm_namespace_plugins(values, built, str(tmp_path))
+    assert kinds(found) == ["ok"], found
+    del values["prologflags"]
+    found = doctor.slurm_namespace_plugins(values, built, str(tmp_path))
+    assert kinds(found) == ["note"] and "PrologFlags=Alloc" in found[0][1], found
+
+
+def test_jobns_container_plugin_of_another_slurm_missing_or_without_contain(
+    tmp_path: Path,
+) -> None:
+    d = plugin_dir(tmp_path, "job_container_jobns.so", "yes")
+    values = {
+        "jobcontainertype": "job_container/jobns",
+        "plugindir": str(d),
+        "prologflags": "Alloc",
+    }
+    (tmp_path / "mpi.conf").write_text("PMIxCliTmpDirBase=/var/spool/slurmd/pmix\n")
+    found = doctor.slurm_namespace_plugins(values, "24.11.5", str(tmp_path))
+    assert kinds(found) == ["problem"] and "loads only into the exact release" in found[0][1]
+    values = {"namespacetype": "namespace/jobns", "plugindir": str(d)}
+    found = doctor.slurm_namespace_plugins(values, "26.05.5", str(tmp_path))
+    assert kinds(found) == ["problem"] and "namespace_jobns.so is in no PluginDir" in found[0][1]
+
+
+def test_no_step_daemon_in_the_job_names_pmix_x11_and_the_spool_dir(tmp_path: Path) -> None:
+    d = plugin_dir(tmp_path, "job_container_jobns.so", "yes")
+    built = doctor._plugin_version(str(d / "job_container_jobns.so"))
+    assert built
+    values = {
+        "jobcontainertype": "job_container/jobns",
+        "plugindir": str(d),
+        "prologflags": "Contain,X11",
+        "slurmdspooldir": "/tmp/slurmd",
+    }
+    found = doctor.slurm_namespace_plugins(values, built, str(tmp_path))
+    texts = " ".join(t for _, t in found)
+    assert kinds(found) == ["problem", "note", "note"], found
+    assert "SlurmdSpoolDir=/tmp/slurmd" in texts and "PMIxCliTmpDirBase=" in texts
+    assert "X11Parameters=home_xauthority" in texts
 
 
 def test_check_runs_the_ssh_checks_only_when_enforced(tmp_path: Path) -> None:

@@ -58,6 +58,8 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "../jobns_node.h"
+
 #define PAM_SM_ACCOUNT
 #define PAM_SM_SESSION
 #include <security/pam_ext.h>
@@ -166,28 +168,6 @@ static int open_state_dir(const char *path)
 	return fd;
 }
 
-/* The value of the line "key=..." of run.env, cut to size; 0 if absent. */
-static int value_of(const char *text, const char *key, char *out, size_t size)
-{
-	size_t n = strlen(key);
-
-	for (const char *line = text; line && *line;) {
-		const char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line) : strlen(line);
-
-		if (len > n && strncmp(line, key, n) == 0 && line[n] == '=') {
-			len -= n + 1;
-			if (len >= size)
-				len = size - 1;
-			memcpy(out, line + n + 1, len);
-			out[len] = '\0';
-			return 1;
-		}
-		line = end ? end + 1 : NULL;
-	}
-	return 0;
-}
-
 /* Digits only, no leading zero, at most a uint32: one safe path component. */
 static int valid_job_id(const char *id)
 {
@@ -217,19 +197,19 @@ static enum verdict check_record(struct job *job, int dir, const char *shown, ui
 	if (len < 0)
 		return fail(job, DENY, "read %s/run.env: %s", shown, strerror(errno));
 	job->text[len] = '\0';
-	if (!value_of(job->text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
+	if (!jobns_value_of(job->text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
 		return fail(job, DENY, "%s/run.env: unknown version (set up by another jobns "
 			    "version?)", shown);
-	if (value_of(job->text, "closed", value, sizeof(value))) {
+	if (jobns_value_of(job->text, "closed", value, sizeof(value))) {
 		if (strcmp(value, "refused") == 0)
 			return fail(job, UNJOINABLE, "job %s was refused by jobns setup on this "
-				    "node: %s", job->id, value_of(job->text, "reason", reason,
+				    "node: %s", job->id, jobns_value_of(job->text, "reason", reason,
 				    sizeof(reason)) ? reason : "see the prolog's log");
 		return fail(job, UNJOINABLE, "job %s is %s on this node (state %s)", job->id,
 			    (!strcmp(value, "post-run") || !strcmp(value, "staging-out") ||
 			     !strcmp(value, "teardown")) ? "ending" : "still being set up", value);
 	}
-	if (!value_of(job->text, "uid", value, sizeof(value)) ||
+	if (!jobns_value_of(job->text, "uid", value, sizeof(value)) ||
 	    strtoul(value, NULL, 10) != (unsigned long)uid || !value[0])
 		return fail(job, DENY, "job %s is not yours", job->id);
 	return JOIN;
@@ -239,25 +219,16 @@ static enum verdict check_record(struct job *job, int dir, const char *shown, ui
  * namespace; none (ENOENT) is a job without one. */
 static enum verdict check_pid_pin(struct job *job, int dir, const char *shown)
 {
-	struct stat owner, mine;
-	struct statfs fs;
 	int ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 	int fd = ns < 0 ? -1 : openat(ns, "pid", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	int err = errno, userns, ok;
+	int err = errno;
 
 	if (ns >= 0)
 		close(ns);
 	if (fd < 0)
 		return err == ENOENT ? JOIN : fail(job, DENY, "open %s/ns/pid: %s", shown,
 						     strerror(err));
-	userns = ioctl(fd, NS_GET_USERNS);
-	ok = fstatfs(fd, &fs) == 0 && fs.f_type == NSFS_MAGIC &&
-	     ioctl(fd, NS_GET_NSTYPE) == CLONE_NEWPID && userns >= 0 &&
-	     fstat(userns, &owner) == 0 && stat("/proc/self/ns/user", &mine) == 0 &&
-	     owner.st_dev == mine.st_dev && owner.st_ino == mine.st_ino;
-	if (userns >= 0)
-		close(userns);
-	if (!ok) {
+	if (jobns_roots_namespace(fd, CLONE_NEWPID) != JOBNS_NS_OK) {
 		close(fd);
 		return fail(job, DENY, "%s/ns/pid is not a pinned PID namespace of root's", shown);
 	}
@@ -268,32 +239,29 @@ static enum verdict check_pid_pin(struct job *job, int dir, const char *shown)
 /* ns/mnt of the job: a mount namespace owned by the host's user namespace (root's). */
 static enum verdict check_pin(struct job *job, int dir, const char *shown)
 {
-	struct stat owner, mine;
-	struct statfs fs;
 	int ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 	int fd = ns < 0 ? -1 : openat(ns, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	int userns;
 
 	if (ns >= 0)
 		close(ns);
 	if (fd < 0)
 		return fail(job, DENY, "open %s/ns/mnt: %s", shown, strerror(errno));
-	if (fstatfs(fd, &fs) < 0 || fs.f_type != NSFS_MAGIC ||
-	    ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNS || fstat(fd, &job->pin) < 0) {
-		close(fd);
-		return fail(job, DENY, "%s/ns/mnt is not a pinned mount namespace", shown);
-	}
-	userns = ioctl(fd, NS_GET_USERNS);
-	if (userns < 0 || fstat(userns, &owner) < 0 || stat("/proc/self/ns/user", &mine) < 0 ||
-	    owner.st_dev != mine.st_dev || owner.st_ino != mine.st_ino) {
-		if (userns >= 0)
-			close(userns);
+	switch (jobns_roots_namespace(fd, CLONE_NEWNS)) {
+	case JOBNS_NS_OK:
+		break;
+	case JOBNS_NS_USERS:
 		close(fd);
 		return fail(job, DENY, "job %s's namespace belongs to its user, so root will not "
 			    "enter it (set [slurm] enforce = true in jobns.toml on this node)",
 			    job->id);
+	default:
+		close(fd);
+		return fail(job, DENY, "%s/ns/mnt is not a pinned mount namespace", shown);
 	}
-	close(userns);
+	if (fstat(fd, &job->pin) < 0) {
+		close(fd);
+		return fail(job, DENY, "%s/ns/mnt: %s", shown, strerror(errno));
+	}
 	job->ns_fd = fd;
 	return check_pid_pin(job, dir, shown);
 }

@@ -12,7 +12,8 @@
  * The prolog may return before setup is done: in slurmd the plugin makes
  * <state_dir>/tasks-wait (slurm_spank_init; removed by slurm_spank_slurmd_exit), the
  * packaged prolog then leaves `jobns setup --background` running, and each task waits
- * here until its job's run.env is final (read_when_set_up). docs/admin.md "What the
+ * here until its job's run.env is final (jobns_wait_for_setup, ../jobns_node.h, the node's
+ * file protocol every C module of jobns shares). docs/admin.md "What the
  * prolog and epilog wait for".
  *
  *   plugstack.conf:  required /usr/lib/x86_64-linux-gnu/slurm-wlm/jobns_spank.so [state_dir=/run/jobns] [start_wait=60] [setup_wait=4000]
@@ -31,32 +32,20 @@
  * directories must be root's and writable by nobody else.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/magic.h>
-#include <linux/nsfs.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <signal.h>
-#include <sys/file.h>
-#include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <slurm/spank.h>
+
+#include "../jobns_node.h"
 
 SPANK_PLUGIN(jobns, 1);
 
 #define DEFAULT_STATE_DIR "/run/jobns"
-#define RUN_ENV_MAX 65536
 /* Seconds a task waits for a background prolog's setup to begin (start_wait=) */
 #define DEFAULT_START_WAIT 60
 /* Seconds a task waits for its job's setup in all (setup_wait=): longer than [staging]
@@ -75,7 +64,7 @@ static void refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2), no
 
 static void refuse(const char *fmt, ...)
 {
-	char msg[2300];
+	char msg[JOBNS_ERR + 64];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -83,24 +72,6 @@ static void refuse(const char *fmt, ...)
 	va_end(ap);
 	slurm_error("jobns: %s", msg);
 	_exit(1);
-}
-
-/* Open name under dir (AT_FDCWD: an absolute path) without following a link; it must
- * be root's and writable by nobody else (a directory when want_dir). */
-static int open_root_owned(int dir, const char *name, int want_dir, const char *shown)
-{
-	struct stat st;
-	int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
-				   (want_dir ? O_DIRECTORY : 0));
-
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022) ||
-	    (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
-		close(fd);
-		refuse("refuse %s: not root's, or writable by others (check state_dir)", shown);
-	}
-	return fd;
 }
 
 /* Whole seconds 0..max from "name=value" (value at arg); -1 with a message in err. */
@@ -153,7 +124,7 @@ static const char *parse_args(int ac, char **av, long *start_wait, long *setup_w
 
 /* The marker the packaged prolog looks for (<state_dir>/tasks-wait): while it exists,
  * the node's slurmd has this plugin loaded, so every task waits for its job's setup
- * (read_when_set_up) and the prolog may return before setup is done. slurmd makes it
+ * (jobns_wait_for_setup) and the prolog may return before setup is done. slurmd makes it
  * when it loads the plugin (slurm_spank_init in slurmd's context) and removes it when
  * it stops. (Not its pid: slurmd 22.05 loads plugins before it daemonizes. A slurmd
  * killed without its exit callback leaves the marker: `jobns doctor` finds it when the
@@ -220,28 +191,6 @@ int slurm_spank_slurmd_exit(spank_t sp, int ac, char **av)
 	return 0;
 }
 
-/* Copy the value of the line "key=..." of run.env into out (cut to size); 0 if absent. */
-static int value_of(const char *text, const char *key, char *out, size_t size)
-{
-	size_t n = strlen(key);
-
-	for (const char *line = text; line && *line;) {
-		const char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line) : strlen(line);
-
-		if (len > n && strncmp(line, key, n) == 0 && line[n] == '=') {
-			len -= n + 1;
-			if (len >= size)
-				len = size - 1;
-			memcpy(out, line + n + 1, len);
-			out[len] = '\0';
-			return 1;
-		}
-		line = end ? end + 1 : NULL;
-	}
-	return 0;
-}
-
 /* Each "env.NAME=VALUE" line of run.env becomes NAME=VALUE in the task's environment. */
 static void set_job_environment(spank_t sp, const char *text, const char *shown)
 {
@@ -268,42 +217,6 @@ static void set_job_environment(spank_t sp, const char *text, const char *shown)
 		}
 		line = end ? end + 1 : NULL;
 	}
-}
-
-/* Open <state_dir>/jobs/<job>/ns/pid ([namespace] pid = true in jobns.toml) without
- * following a link, each directory root's (open_root_owned): -1 with errno ENOENT when
- * the job has none; anything but a pinned PID namespace of the host's user namespace is
- * refused. */
-static int open_pid_pin(const char *state_dir, const char *job)
-{
-	char shown[1200];
-	struct stat owner, mine;
-	struct statfs fs;
-	int top, jobs, dir, ns, fd, userns, err, ok;
-
-	snprintf(shown, sizeof(shown), "%s/jobs/%s/ns/pid", state_dir, job);
-	top = open_root_owned(AT_FDCWD, state_dir, 1, shown);
-	jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
-	dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
-	ns = dir < 0 ? -1 : openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-	fd = ns < 0 ? -1 : openat(ns, "pid", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	err = errno;
-	for (int i = 0, fds[] = {ns, dir, jobs, top}; i < 4; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	if (fd < 0) {
-		errno = err;
-		return -1;
-	}
-	userns = ioctl(fd, NS_GET_USERNS);
-	ok = fstatfs(fd, &fs) == 0 && fs.f_type == NSFS_MAGIC &&
-	     ioctl(fd, NS_GET_NSTYPE) == CLONE_NEWPID && userns >= 0 &&
-	     fstat(userns, &owner) == 0 && stat("/proc/self/ns/user", &mine) == 0 &&
-	     owner.st_dev == mine.st_dev && owner.st_ino == mine.st_ino;
-	if (!ok)
-		refuse("%s is not a pinned PID namespace of root's", shown);
-	close(userns);
-	return fd;
 }
 
 /* [namespace] pid: setns(CLONE_NEWPID) moves no process, only the children it forks
@@ -348,206 +261,68 @@ static void enter_pid_namespace(int fd, const char *job)
 	_exit(128 + sig);
 }
 
-/* 1 when a jobns holds the job's lock <jobs>/<job>.lock now (a setup under way), else 0.
- * A shared lock taken and dropped at once: it only asks. */
-static int setup_under_way(int jobs, const char *job)
-{
-	char name[32];
-	int fd, held;
-
-	snprintf(name, sizeof(name), "%s.lock", job);
-	fd = openat(jobs, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	held = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
-	close(fd);
-	return held;
-}
-
-/* The marks the packaged scripts leave in <jobs> (launcher/system/state.py "marks"):
- * <job>.setup (the prolog: a setup of this run is on its way; the setup takes it under
- * the job's lock) and <job>.ending (the epilog: the run is over). 0 when absent, else 1
- * with its time in *at. */
-static int mark_at(int jobs, const char *job, const char *suffix, struct timespec *at)
-{
-	char name[40];
-	struct stat st;
-
-	snprintf(name, sizeof(name), "%s%s", job, suffix);
-	if (fstatat(jobs, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-	    st.st_uid != 0)
-		return 0;
-	*at = st.st_mtim;
-	return 1;
-}
-
-/* Has this run's epilog come (<job>.ending, not older than the prolog's <job>.setup: an
- * older one is of an earlier job of the same id, which setup removes)? */
-static int run_is_over(int jobs, const char *job)
-{
-	struct timespec ending, setup;
-
-	if (!mark_at(jobs, job, ".ending", &ending))
-		return 0;
-	if (!mark_at(jobs, job, ".setup", &setup))
-		return 1;
-	return ending.tv_sec > setup.tv_sec ||
-	       (ending.tv_sec == setup.tv_sec && ending.tv_nsec >= setup.tv_nsec);
-}
-
-/* Read <state_dir>/jobs/<job>/run.env into text once no setup of the job is to come or
- * under way: the packaged prolog returns at once and leaves its mark (<job>.setup) for
- * the setup it hands on (`jobns setup --background`, or the resident helper), which
- * takes the mark under the job's lock and writes run.env before it lets go. So a task
- * waits while the mark is there (at most start_wait seconds: the setup has not begun)
- * or the lock is held (a setup under way; run.env may still be an earlier run's), in
- * that order, at most setup_wait seconds in all; then run.env is the answer. The wait
- * ends at once when the run is over (its epilog came). Returns the job's directory
- * (fd); *jobs_out, *top_out are the directories above it. */
-static int read_when_set_up(const char *state_dir, const char *job, const char *shown,
-			    long start_wait, long setup_wait, char *text, int *jobs_out,
-			    int *top_out)
-{
-	struct timespec t0, now, pause, at;
-	long delay_us = 250, waited;
-	int top, jobs, dir, envfd, marked, busy, err;
-	ssize_t len;
-	char value[64];
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		top = open_root_owned(AT_FDCWD, state_dir, 1, state_dir);
-		jobs = top < 0 ? -1 : open_root_owned(top, "jobs", 1, shown);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		waited = now.tv_sec - t0.tv_sec;
-		marked = jobs >= 0 && mark_at(jobs, job, ".setup", &at);
-		busy = jobs >= 0 && setup_under_way(jobs, job);
-		if (!busy && !(marked && waited < start_wait)) {
-			dir = jobs < 0 ? -1 : open_root_owned(jobs, job, 1, shown);
-			envfd = dir < 0 ? -1 : open_root_owned(dir, "run.env", 0, shown);
-			err = errno;
-			if (envfd >= 0) {
-				len = read(envfd, text, RUN_ENV_MAX);
-				close(envfd);
-				if (len < 0)
-					refuse("read %s/run.env: %s", shown, strerror(errno));
-				text[len] = '\0';
-				if (value_of(text, "closed", value, sizeof(value)) &&
-				    strcmp(value, "pending") == 0)
-					refuse("job %s: its setup on this node ended without finishing "
-					       "(see the prolog's log: journalctl -t jobns)", job);
-				break;
-			}
-			if (marked)
-				refuse("job %s: its setup on this node did not begin within %ld s "
-				       "(plugstack.conf start_wait=); see the prolog's log "
-				       "(journalctl -t jobns)", job, start_wait);
-			refuse("job %s is not set up on this node (%s/run.env: %s): its "
-			       "prolog (jobns setup) did not run or failed; see the prolog's "
-			       "log", job, shown, strerror(err));
-		}
-		/* Bounds no job can stretch: its run is over (its epilog came: Slurm is ending
-		 * the job), or its setup took longer than setup_wait (the setup's own bounds,
-		 * [staging] timeout and the programs' timeouts, end it before then). */
-		if (jobs >= 0 && run_is_over(jobs, job))
-			refuse("job %s ended on this node before its setup finished; no task may "
-			       "start", job);
-		if (setup_wait > 0 && waited >= setup_wait)
-			refuse("job %s: its setup on this node took longer than %ld s "
-			       "(plugstack.conf setup_wait=); see the prolog's log "
-			       "(journalctl -t jobns)", job, setup_wait);
-		for (int i = 0, fds[] = {jobs, top}; i < 2; i++)
-			if (fds[i] >= 0)
-				close(fds[i]);
-		/* Every 1 ms for the first second (a setup takes tens of ms: a longer pause
-		 * would be waited in full after it ends), then every 20 ms (a stage-in). */
-		pause.tv_sec = 0;
-		pause.tv_nsec = delay_us * 1000;
-		nanosleep(&pause, NULL);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		delay_us = now.tv_sec - t0.tv_sec >= 1 ? 20000 : delay_us < 1000 ? delay_us * 2 : 1000;
-	}
-	*jobs_out = jobs;
-	*top_out = top;
-	return dir;
-}
-
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
-	char job[16], shown[1200], text[RUN_ENV_MAX + 1], cwd[4096], joined[96];
-	char value[64], reason[2048];
-	struct stat pin, mine, owner;
-	struct statfs fs;
+	static struct jobns_job j; /* run.env's 64 KiB: not on the task's stack */
+	char cwd[4096], joined[96], err[JOBNS_ERR];
+	struct stat pin;
 	const char *state_dir;
 	uint32_t job_id;
 	long start_wait, setup_wait;
-	int top, jobs, dir, ns, fd, userns, have_cwd, pidns;
+	int fd, have_cwd, pidns;
 
 	if (!spank_remote(sp))
 		return 0;
-	state_dir = parse_args(ac, av, &start_wait, &setup_wait, reason, sizeof(reason));
+	state_dir = parse_args(ac, av, &start_wait, &setup_wait, err, sizeof(err));
 	if (!state_dir)
-		refuse("%s", reason);
+		refuse("%s", err);
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
 		refuse("no job id from slurmstepd");
-	snprintf(job, sizeof(job), "%u", job_id); /* digits only: a safe path component */
-	snprintf(shown, sizeof(shown), "%s/jobs/%s", state_dir, job);
-	dir = read_when_set_up(state_dir, job, shown, start_wait, setup_wait, text, &jobs, &top);
+	if (jobns_wait_for_setup(&j, state_dir, job_id, start_wait, setup_wait, err, sizeof(err)) < 0 ||
+	    jobns_check_open(&j, err, sizeof(err)) < 0)
+		refuse("%s", err);
+	set_job_environment(sp, j.text, j.shown);
+	if (jobns_inside(&j)) {
+		/* Slurm put the task there already (the job_container/namespace plugin), where
+		 * the pins are not visible: only the environment is left to do. */
+		if (jobns_has_pidns(&j))
+			refuse("job %s: its task is in the job's mount namespace already, where its "
+			       "PID namespace cannot be reached", j.job);
+		char ns_id[64];
 
-	if (!value_of(text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
-		refuse("%s/run.env: unknown version (set up by another jobns version?)", shown);
-	if (value_of(text, "closed", value, sizeof(value))) {
-		if (strcmp(value, "refused") == 0)
-			refuse("job %s was refused by jobns setup on this node: %s", job,
-			       value_of(text, "reason", reason, sizeof(reason)) ? reason
-			       : "see the prolog's log");
-		refuse("job %s is %s on this node (state %s): no task may start now", job,
-		       (!strcmp(value, "post-run") || !strcmp(value, "staging-out") ||
-			!strcmp(value, "teardown")) ? "ending" : "still being set up", value);
+		jobns_value_of(j.text, "mnt_ns", ns_id, sizeof(ns_id));
+		snprintf(joined, sizeof(joined), "%s:%s", j.job, ns_id);
+		jobns_close(&j);
+		if (spank_setenv(sp, JOINED_VAR, joined, 1) != ESPANK_SUCCESS)
+			refuse("set %s in the task's environment", JOINED_VAR);
+		return 0;
 	}
-	set_job_environment(sp, text, shown);
-	pidns = open_pid_pin(state_dir, job);
+	pidns = jobns_open_pin(&j, "pid", CLONE_NEWPID, err, sizeof(err));
 	if (pidns < 0 && errno != ENOENT)
-		refuse("open %s/ns/pid: %s", shown, strerror(errno));
-
-	ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-	fd = ns < 0 ? -1 : openat(ns, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		refuse("open %s/ns/mnt: %s", shown, strerror(errno));
-	if (fstatfs(fd, &fs) < 0 || fs.f_type != NSFS_MAGIC ||
-	    ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNS || fstat(fd, &pin) < 0)
-		refuse("%s/ns/mnt is not a pinned mount namespace", shown);
-	/* Owned by the user namespace slurmstepd runs in (the host's): nobody but root can
-	 * mount in it. A namespace a user made (in her own user namespace) is refused. */
-	userns = ioctl(fd, NS_GET_USERNS);
-	if (userns < 0 || fstat(userns, &owner) < 0 || stat("/proc/self/ns/user", &mine) < 0 ||
-	    owner.st_dev != mine.st_dev || owner.st_ino != mine.st_ino)
-		refuse("job %s's namespace belongs to its user, so root will not enter it (set "
-		       "[slurm] enforce = true in jobns.toml on this node)", job);
-	close(userns);
+		refuse("%s", err);
+	fd = jobns_open_pin(&j, "mnt", CLONE_NEWNS, err, sizeof(err));
+	if (fd < 0 || fstat(fd, &pin) < 0)
+		refuse("%s", err);
 
 	have_cwd = getcwd(cwd, sizeof(cwd)) != NULL;
 	if (setns(fd, CLONE_NEWNS) < 0)
-		refuse("join %s/ns/mnt: %s", shown, strerror(errno));
+		refuse("join %s/ns/mnt: %s", j.shown, strerror(errno));
 	close(fd);
-	close(ns);
-	close(dir);
-	close(jobs);
-	close(top);
+	jobns_close(&j);
 	/* setns() moved us to the namespace's root: look the working directory up again
 	 * inside (a directory under the host's /tmp is not there; start in /tmp then). */
 	if (!have_cwd || chdir(cwd) < 0) {
 		slurm_info("jobns: working directory %s does not exist inside job %s; "
-			   "starting in /tmp", have_cwd ? cwd : "?", job);
+			   "starting in /tmp", have_cwd ? cwd : "?", j.job);
 		if (chdir("/tmp") < 0)
-			refuse("chdir /tmp inside job %s: %s", job, strerror(errno));
+			refuse("chdir /tmp inside job %s: %s", j.job, strerror(errno));
 	}
 	/* For `jobns run` inside the task: it is in the job's namespace already. */
-	snprintf(joined, sizeof(joined), "%s:%ju:%ju", job, (uintmax_t)pin.st_dev,
+	snprintf(joined, sizeof(joined), "%s:%ju:%ju", j.job, (uintmax_t)pin.st_dev,
 		 (uintmax_t)pin.st_ino);
 	if (spank_setenv(sp, JOINED_VAR, joined, 1) != ESPANK_SUCCESS)
 		refuse("set %s in the task's environment", JOINED_VAR);
 	if (pidns >= 0)
-		enter_pid_namespace(pidns, job);
+		enter_pid_namespace(pidns, j.job);
 	return 0;
 }

@@ -140,6 +140,17 @@ SLURM_CONF = Opt(
     "Slurm's configuration to check (default: $SLURM_CONF, else /etc/slurm/slurm.conf)",
     "PATH",
 )
+DOCTOR_NO_SLURM = Opt(
+    "--no-slurm",
+    FLAG,
+    "a node that runs jobns without Slurm (jobns run, containers): skip Slurm's checks",
+)
+COMMENT = Opt(
+    "--comment",
+    VALUE,
+    "the job's comment, as given to sbatch --comment (default: the script's #SBATCH --comment)",
+    "TEXT",
+)
 CDI_DIR = Opt(
     "--cdi-dir", VALUE, "the CDI spec directory to check (default: [cdi] dir, else /etc/cdi)", "DIR"
 )
@@ -257,7 +268,7 @@ COMMANDS: dict[str, Command] = {
             "doctor",
             "jobns.launcher.commands.doctor:main",
             "check this node's readiness for jobns and say what to fix (root)",
-            [CONFIG, SLURM_CONF, CDI_DIR],
+            [CONFIG, SLURM_CONF, CDI_DIR, DOCTOR_NO_SLURM],
             help="Checks the kernel's user-namespace settings (user.max_user_namespaces, "
             "kernel.unprivileged_userns_clone), loop devices (/dev/loop-control), the "
             "state directory (root's, not writable by others, POSIX ACLs), the bases "
@@ -265,8 +276,28 @@ COMMANDS: dict[str, Command] = {
             "of / (shared, so host mounts made later reach running jobs), slurm.conf's "
             "Prolog, Epilog and PlugStackConfig (and a jobns SPANK plugin named in "
             "plugstack.conf), and the CDI directory. Prints one line per check: 'ok:', "
-            "'note:' (worth knowing, not a problem) or 'problem:' with what to fix.\n"
-            "Exit status: 0 when the node is ready, 125 when any problem was found.",
+            "'note:' (worth knowing, not a problem) or 'problem:' with what to fix; a "
+            "check is a problem only where this node's configuration uses what it checks. "
+            "The last line is the verdict, and names what could not be checked yet (no "
+            "slurm.conf: Slurm is not configured yet; an enforced node whose slurmd has "
+            "not loaded the plugin): run it again after that, and after every change.\n"
+            "Exit status: 0 when the node is ready, 125 when a problem was found or a part "
+            "of the deployment could not be checked yet.",
+        ),
+        Command(
+            "check",
+            "jobns.launcher.commands.check:main",
+            "check a job's #JOBNS directives before submitting it (any user)",
+            [SCRIPT, COMMENT, DIRECTIVES, CONFIG],
+            help="Reads the directives as the prolog's `jobns setup` would (a batch "
+            "script's #JOBNS lines, the job comment, --directives) and plans the job's "
+            "capacities and staging against this node's configuration, without root and "
+            "without touching anything. Prints one line saying what the job would get, "
+            "or the reason setup would refuse it (the line each of its tasks would print). "
+            "Sizes the prolog takes from Slurm (tmp_from_slurm, shm_memory_fraction) and "
+            "the stage-in sources themselves are checked only when the job runs.\n"
+            "Exit status: 0 when setup would take the job, 125 when it would refuse it "
+            "(or the check itself failed).",
         ),
         Command(
             "hook",

@@ -117,25 +117,70 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-def loop_devices(dev: str = "/dev") -> list[Finding]:
+def in_container(root: str = "/") -> str:
+    """Why this node looks like a container ("" if it does not): docker's /.dockerenv,
+    podman's /run/.containerenv, or a container manager in /proc/1/cgroup (cgroup v1).
+    A module cannot be loaded from inside one: the host must, and give it the device."""
+    for marker in (".dockerenv", "run/.containerenv"):
+        if os.path.exists(os.path.join(root, marker)):
+            return f"/{marker} exists"
+    try:
+        with open(os.path.join(root, "proc/1/cgroup")) as f:
+            cgroup = f.read(65536)
+    except OSError:
+        return ""
+    for hint in ("docker", "containerd", "kubepods", "libpod", "lxc"):
+        if hint in cgroup:
+            return f"/proc/1/cgroup names {hint}"
+    return ""
+
+
+def disk_users(config: config_mod.Config) -> list[str]:
+    """What in the config makes disk images (each needs loop devices and mkfs)."""
+    from jobns.launcher.model.capacity import tmp_backing
+
+    users = ['[capacity] tmp_backing = "disk"'] if tmp_backing(config) == "disk" else []
+    return users + [f"[[dirs]] {d.path}" for d in config.dirs if d.backing == "disk"]
+
+
+def loop_devices(
+    dev: str = "/dev", users: list[str] | None = None, container: str = ""
+) -> list[Finding]:
+    """Loop devices hold disk images: a problem only where the config has a disk backing
+    (users: what asks for one), else a note. container: in_container()'s reason, where
+    `modprobe loop` cannot help."""
+    if container:
+        load = (
+            f"this node is a container ({container}): load the loop module on the host "
+            "(modprobe loop) and give the container /dev/loop-control and /dev/loopN "
+            "(docker run --device /dev/loop-control --device /dev/loop0 ...)"
+        )
+    else:
+        load = "modprobe loop (and list it in /etc/modules)"
     try:
         st = os.stat(f"{dev}/loop-control")
+        what = "" if stat.S_ISCHR(st.st_mode) else f"{dev}/loop-control is not a character device"
+        load = load if container else f"remove it and {load}"
     except OSError:
+        what = f"no {dev}/loop-control"
+    if not what:
+        return [(OK, f"loop devices ({dev}/loop-control)")]
+    if users:
         return [
             (
                 PROBLEM,
-                f"no {dev}/loop-control: file-system images for capacities need "
-                "loop devices; fix: modprobe loop (and list it in /etc/modules)",
+                f"{what}: {', '.join(users)} makes disk images, which need loop "
+                f"devices; fix: {load}",
             )
         ]
-    if not stat.S_ISCHR(st.st_mode):
-        return [
-            (
-                PROBLEM,
-                f"{dev}/loop-control is not a character device; fix: remove it and modprobe loop",
-            )
-        ]
-    return [(OK, f"loop devices ({dev}/loop-control)")]
+    return [
+        (
+            NOTE,
+            f"{what}: nothing configured here needs loop devices (only a disk backing "
+            f'does: [capacity] tmp_backing or a [[dirs]] backing = "disk"); before '
+            f"configuring one: {load}",
+        )
+    ]
 
 
 def state_dir(path: str) -> list[Finding]:
@@ -281,9 +326,38 @@ def base(role: str, path: str) -> list[Finding]:
                 "only with nodes that see this file system",
             )
         )
-    if not any(k == PROBLEM for k, _ in out):
+    if any(k == PROBLEM for k, _ in out):
+        return out
+    if mode & 0o002:
+        # Works (sticky, and jobns never uses a tree it did not make), but docs/config.md
+        # recommends a root-owned base: here anyone can take a future job's name.
+        out.append(
+            (
+                NOTE,
+                f"{role} {path}: root's, mode {mode:04o}, {kind}, but world-writable: "
+                "another user can make job-ID there ahead of a job, and jobns then refuses "
+                "that job; a root-owned base is safer (docs/config.md, local_base): "
+                + _safer_base(role),
+            )
+        )
+    else:
         out.append((OK, f"{role} {path}: root's, mode {mode:04o}, {kind}"))
     return out
+
+
+def _safer_base(role: str) -> str:
+    if role == "local_base":
+        return (
+            'install -d -m 0755 /var/lib/jobns; local_base = "/var/lib/jobns" in jobns.toml '
+            "(only root makes job trees there: the prolog does)"
+        )
+    if role == "shm_base":
+        # a tmpfs of its own: a directory made in /dev/shm at boot could be taken first
+        return (
+            "a tmpfs of root's, e.g. 'tmpfs /var/lib/jobns-shm tmpfs mode=0755,nosuid,nodev "
+            '0 0\' in /etc/fstab and shm_base = "/var/lib/jobns-shm"'
+        )
+    return f"a directory of root's, mode 0755, as {role}"
 
 
 def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
@@ -330,7 +404,7 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
         ]
     out += path_guarded(point, what)
     found = base(f"[[dirs]] base of {d.path}:", d.base)
-    if d.backing == "disk" and any(k == OK for k, _ in found):
+    if d.backing == "disk" and found and not any(k == PROBLEM for k, _ in found):
         mode = stat.S_IMODE(os.lstat(d.base).st_mode)
         if mode & 0o022:
             found = [
@@ -494,11 +568,9 @@ def disk_programs(config: config_mod.Config) -> list[Finding]:
     """mkfs.<fs_type> where a disk backing is configured: without it every job with a
     disk capacity fails its prolog (the node drains)."""
     from jobns.launcher.backing import diskimage
-    from jobns.launcher.model.capacity import tmp_backing
     from jobns.launcher.system import sysprog
 
-    users = ['[capacity] tmp_backing = "disk"'] if tmp_backing(config) == "disk" else []
-    users += [f"[[dirs]] {d.path}" for d in config.dirs if d.backing == "disk"]
+    users = disk_users(config)
     if not users:
         return []
     name = f"mkfs.{diskimage.fs_type(config)}"
@@ -824,7 +896,13 @@ def slurm(conf: str, enforce: bool = False) -> list[Finding]:
     try:
         values = slurm_conf_values(conf)
     except FileNotFoundError:
-        return [(NOTE, f"no {conf}: Slurm checks skipped (not a Slurm node, or pass --slurm-conf)")]
+        return [
+            (
+                NOTE,
+                f"no {conf}: Slurm is not configured yet, so its checks were skipped "
+                "(--slurm-conf names another file; --no-slurm on a node without Slurm)",
+            )
+        ]
     except OSError as e:
         return [(PROBLEM, f"read {conf}: {e.strerror}")]
     out: list[Finding] = []
@@ -980,6 +1058,36 @@ def spank_plugins(plugstack: str) -> list[tuple[str, str]]:
     return [(w[0], w[1]) for _, w in plugstack_lines(plugstack) if _is_jobns_plugin(w[1])]
 
 
+PACKAGED_PLUGSTACK = "/etc/slurm/plugstack.conf.d/jobns.conf"  # shipped by jobns-slurm
+
+
+def enable_plugin_hint(plugstack: str, packaged: str = PACKAGED_PLUGSTACK) -> str:
+    """How to make plugstack load the plugin on this node: the package's way (uncomment
+    the line jobns-slurm ships, which Debian's plugstack.conf includes) where that file
+    is installed, else the from-source line."""
+    import fnmatch
+
+    so = installed_spank_plugin()
+    lines = [ln.strip() for ln in (_regular_text(packaged) or "").splitlines()]
+    active = any(ln.split()[:1] == ["required"] for ln in lines)
+    commented = any(
+        ln.startswith("#") and ln.lstrip("#").split()[:1] == ["required"] for ln in lines
+    )
+    if not (active or commented):
+        if sys.executable.startswith("/usr/") and not os.path.isfile(so):
+            return f"apt-get install jobns-slurm, then uncomment the line it ships in {packaged}"
+        return f"add 'required {so}' to {plugstack}"
+    steps = [] if active else [f"uncomment the 'required' line in {packaged} (package jobns-slurm)"]
+    includes = []
+    for raw in (_regular_text(plugstack) or "").splitlines():
+        words = raw.split("#", 1)[0].split()
+        if len(words) >= 2 and words[0] == "include":
+            includes.append(os.path.join(os.path.dirname(plugstack), words[1]))
+    if not any(fnmatch.fnmatch(packaged, pattern) for pattern in includes):
+        steps.append(f"add 'include {os.path.dirname(packaged)}/*.conf' to {plugstack}")
+    return " and ".join(steps)
+
+
 def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
     """A `required|optional /path/jobns*.so` line in plugstack.conf (or a file it
     includes): the plugin must exist, and the config must say [slurm] enforce = true
@@ -991,9 +1099,9 @@ def spank(plugstack: str, enforce: bool = False) -> list[Finding]:
                 (
                     PROBLEM,
                     f"[slurm] enforce = true, but {plugstack} loads no jobns SPANK "
-                    "plugin: jobs get root's namespaces that no task enters; fix: add "
-                    f"'required {installed_spank_plugin()}' to it "
-                    '(docs/admin.md "Enforced by Slurm"), or unset enforce',
+                    "plugin: jobs get root's namespaces that no task enters; fix: "
+                    f"{enable_plugin_hint(plugstack)}, then restart slurmd "
+                    '(docs/admin.md "Enforced by Slurm"); or unset enforce',
                 )
             ]
         return [
@@ -1266,28 +1374,156 @@ def sshd_pam(path: str, slurm_values: dict[str, str]) -> list[Finding]:
     return out
 
 
-def slurm_namespace_plugins(slurm_values: dict[str, str]) -> list[Finding]:
-    """With [slurm] enforce = true, no Slurm namespace plugin besides: job_container/tmpfs
-    (JobContainerType=) or namespace/tmpfs, namespace/linux (NamespaceType=, 25.11+) put
-    every task in a namespace of their own too, and a task can be in only one."""
+JOBNS_CONTAINER = ("job_container/jobns", "namespace/jobns")
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # what every job's namespace covers
+
+
+def slurm_namespace_plugins(
+    slurm_values: dict[str, str], slurm_version: str | None = None, conf_dir: str = "/etc/slurm"
+) -> list[Finding]:
+    """With [slurm] enforce = true: no Slurm namespace plugin besides jobns's own
+    (job_container/tmpfs, namespace/tmpfs, namespace/linux would put every task in a
+    namespace of their own too, and a task can be in only one); jobns's own
+    (job_container/jobns, namespace/jobns: docs/admin.md "Inside Slurm: the job_container
+    and namespace plugin") built for exactly this Slurm, with what its release needs
+    around it; and SlurmdSpoolDir outside the job's private directories.
+    slurm_version: `slurmd -V`'s (asked when None)."""
     out: list[Finding] = []
+    ours = ""
     for key, shown, none in (
         ("jobcontainertype", "JobContainerType", "job_container/none"),
         ("namespacetype", "NamespaceType", "namespace/none"),
     ):
         value = slurm_values.get(key, "")
-        if value and value.lower() != none:
+        if value.lower() in JOBNS_CONTAINER:
+            ours = value.lower()
+        elif value and value.lower() != none:
             out.append(
                 (
                     PROBLEM,
                     f"{shown}={value} is configured while jobns enforces every job's "
                     "namespace ([slurm] enforce = true): each task would be put in two "
-                    f"namespaces and ends up in whichever came last; fix: remove {shown}= "
-                    "from slurm.conf (jobns gives /tmp, /var/tmp and /dev/shm), or unset "
-                    "enforce",
+                    f"namespaces and ends up in whichever came last; fix: {shown}="
+                    f"{'namespace' if key == 'namespacetype' else 'job_container'}/jobns "
+                    "(jobns's own plugin of that type) instead, or remove the line",
                 )
             )
-    return out or [(OK, "no Slurm namespace plugin besides jobns's enforcement")]
+    spool = slurm_values.get("slurmdspooldir", "/var/spool/slurmd")
+    if _inside_any(spool, list(PRIVATE)):
+        out.append(
+            (
+                PROBLEM,
+                f"SlurmdSpoolDir={spool} lies in a directory every job gets its own of: "
+                "what Slurm does for a job inside its namespace (sbcast, the step's daemon) "
+                "would not find it; fix: SlurmdSpoolDir=/var/spool/slurmd",
+            )
+        )
+    if not ours:
+        missing = (
+            "no JobContainerType=/NamespaceType= of jobns's: what Slurm itself does for a "
+            "job (sbcast to /tmp, srun -o /tmp/..., mpi/pmix's directory, TaskEpilog) "
+            "happens in the node's namespace, not the job's; fix: JobContainerType="
+            "job_container/jobns (22.05, 24.11), or NamespaceType=namespace/jobns and "
+            "PrologFlags=Contain (25.11 and later)"
+        )
+        return [*out, (NOTE, missing)]
+    return out + _jobns_container(ours, slurm_values, slurm_version, conf_dir)
+
+
+def _jobns_container(
+    ours: str, values: dict[str, str], slurm_version: str | None, conf_dir: str
+) -> list[Finding]:
+    """jobns's job_container/namespace plugin, configured: installed, built for exactly
+    this Slurm, and what its release needs besides."""
+    import platform
+
+    multiarch = f"{platform.machine()}-linux-gnu"
+    dirs = (values.get("plugindir") or f"/usr/lib/{multiarch}/slurm-wlm").split(":")
+    name = ours.replace("/", "_") + ".so"
+    found = [f"{d}/{name}" for d in dirs if os.path.isfile(f"{d}/{name}")]
+    fix = (
+        "fix: install jobns-slurm built for this node's Slurm (ci/build-deb on a machine "
+        "of this release), then restart slurmd"
+    )
+    if not found:
+        return [
+            (
+                PROBLEM,
+                f"{ours} is configured but {name} is in no PluginDir ({':'.join(dirs)}): "
+                f"slurmd does not start; {fix}",
+            )
+        ]
+    so = found[0]
+    version = slurm_version if slurm_version is not None else _slurmd_version()
+    built = _plugin_version(so)
+    out: list[Finding] = []
+    if built is None or (version and built != version):
+        out.append(
+            (
+                PROBLEM,
+                f"{so} was built for Slurm {built or 'nothing Slurm knows'}, but this node "
+                f"runs Slurm {version}: a plugin of this type loads only into the exact "
+                f"release it was built for, so slurmd does not start; {fix}",
+            )
+        )
+    flags = values.get("prologflags", "").lower().split(",")
+    if ours == "namespace/jobns" and "contain" not in flags:
+        out.append(
+            (
+                PROBLEM,
+                "NamespaceType=namespace/jobns needs PrologFlags=Contain (Slurm 25.11 and "
+                "later run no namespace plugin without it: slurmd does not start); fix: "
+                "add Contain to PrologFlags=",
+            )
+        )
+    if not {"alloc", "contain"} & set(flags):
+        out.append(
+            (
+                NOTE,
+                f"{ours} without PrologFlags=Alloc: a node's prolog runs at its first step, "
+                "so an sbcast to it before then fails (no namespace to land in); fix: "
+                "PrologFlags=Alloc (Contain includes it)",
+            )
+        )
+    # No release's step daemon is in the job's namespace yet (docs/admin.md "Inside Slurm:
+    # the job_container and namespace plugin").
+    base = _mpi_conf_value(f"{conf_dir}/mpi.conf", "pmixclitmpdirbase")
+    if base is None or _inside_any(base, list(PRIVATE)) or base in PRIVATE:
+        out.append(
+            (
+                NOTE,
+                "jobns does not put a step's daemon in the job's namespace yet: mpi/pmix "
+                "makes its client directory (spmix_appdir_*) in "
+                f"{base or 'TmpFS (/tmp)'} of the node, where the job's tasks cannot see "
+                f"it; fix: PMIxCliTmpDirBase=/var/spool/slurmd/pmix in {conf_dir}/mpi.conf "
+                "(a directory of root's outside /tmp, /var/tmp and /dev/shm)",
+            )
+        )
+    if "x11" in flags and "home_xauthority" not in values.get("x11parameters", ""):
+        out.append(
+            (
+                NOTE,
+                "X11 forwarding: the xauth file is written outside the job's namespace (on "
+                "22.05 and 24.11 Slurm joins there only for a plugin named tmpfs; jobns's "
+                "does not join there yet); fix: X11Parameters=home_xauthority",
+            )
+        )
+    return out or [(OK, f"{ours} ({so}) built for Slurm {built} (node: {version or '?'})")]
+
+
+def _mpi_conf_value(path: str, key: str) -> str | None:
+    """A Key=Value of mpi.conf (keys compared lower-cased), or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    value = None
+    for raw in text.splitlines():
+        k, eq, v = raw.split("#", 1)[0].strip().partition("=")
+        if eq and k.strip().lower() == key:
+            value = v.strip()
+    return value
 
 
 def cdi(directory: str, configured: bool = False) -> list[Finding]:
@@ -1346,10 +1582,17 @@ def check(
     cdi_dir: str,
     cdi_configured: bool = False,
     sshd_pam_file: str = DEFAULT_SSHD_PAM,
+    *,
+    use_slurm: bool = True,
+    container: str | None = None,
 ) -> list[Finding]:
+    """Every check; use_slurm False (--no-slurm): a node that runs jobns without Slurm.
+    container: in_container()'s answer (asked when None)."""
     found: list[Finding] = []
     found += kernel()
-    found += loop_devices()
+    found += loop_devices(
+        users=disk_users(config), container=in_container() if container is None else container
+    )
     found += state_dir(config.state_dir)
     # A base inside none of the job's mount points is covered in its namespace.
     points = ["/tmp", "/var/tmp", "/dev/shm", *(d.path for d in config.dirs)]
@@ -1366,21 +1609,90 @@ def check(
     found += programs(config)
     found += pid_namespace(config)
     found += propagation()
-    found += slurm(slurm_conf, config.enforce)
+    if use_slurm:
+        found += _slurm_checks(config, slurm_conf, sshd_pam_file)
+    else:
+        found.append((NOTE, "--no-slurm: Slurm's configuration not checked"))
+    found += cdi(cdi_dir, cdi_configured)
+    return found
+
+
+def _slurm_checks(config: config_mod.Config, slurm_conf: str, sshd_pam_file: str) -> list[Finding]:
+    found = slurm(slurm_conf, config.enforce)
     found += scripts_by_name(slurm_conf)
     found += state_dir_names(config, slurm_conf)
     found += slurm_commands(config, slurm_conf)
     values = _slurm_values_or_none(slurm_conf)
-    if values is not None:
-        loaded = bool(spank_plugins(plugstack_of(slurm_conf, values)))
-        found += prolog_waits(config.state_dir, loaded)
+    if values is None:
+        return found
+    loaded = bool(spank_plugins(plugstack_of(slurm_conf, values)))
+    found += prolog_waits(config.state_dir, loaded)
     if config.enforce:
-        values = _slurm_values_or_none(slurm_conf)
-        if values is not None:
-            found += slurm_namespace_plugins(values)
-            found += sshd_pam(sshd_pam_file, values)
-    found += cdi(cdi_dir, cdi_configured)
+        found += slurm_namespace_plugins(values, conf_dir=os.path.dirname(slurm_conf))
+        found += sshd_pam(sshd_pam_file, values)
     return found
+
+
+Pending = tuple[str, str]  # (what doctor cannot check yet, after what to run it again)
+
+
+def not_checked_yet(
+    config: config_mod.Config, slurm_conf: str, use_slurm: bool = True
+) -> list[Pending]:
+    """The parts of the deployment doctor cannot judge yet: they make the node not ready
+    (exit 125) although no check failed, and the last line says when to run it again.
+    No slurm.conf: nothing of Slurm's side was checked (a fresh node: the docs'
+    steps configure Slurm after installing jobns). An enforced node whose slurmd has not
+    loaded the plugin (no <state_dir>/tasks-wait, which the plugin makes in slurmd):
+    the running slurmd predates the plugstack.conf line, or does not run."""
+    if not use_slurm:
+        return []
+    if not os.path.exists(slurm_conf):
+        return [(f"Slurm is not configured yet (no {slurm_conf})", "configuring Slurm")]
+    values = _slurm_values_or_none(slurm_conf)
+    if values is None or not config.enforce:
+        return []  # unreadable: a problem already
+    if spank_plugins(plugstack_of(slurm_conf, values)) and not os.path.exists(
+        f"{config.state_dir}/tasks-wait"
+    ):
+        return [
+            (
+                "slurmd has not loaded the jobns SPANK plugin since it started (no "
+                f"{config.state_dir}/tasks-wait)",
+                "(re)starting slurmd",
+            )
+        ]
+    return []
+
+
+def verdict(found: list[Finding], pending: list[Pending]) -> tuple[str, int]:
+    """doctor's last line and exit status: 0 only with no problem and nothing pending."""
+    problems = sum(1 for kind, _ in found if kind == PROBLEM)
+    what = "; ".join(w for w, _ in pending)
+    after = [a for _, a in pending]
+    if problems:
+        line = f"jobns doctor: {problems} problem(s) to fix before this node runs jobs"
+        if pending:
+            line += f"; not checked yet: {what}"
+        return f"{line}; run jobns doctor again after {' and '.join(['fixing them', *after])}", (
+            EXIT_JOBNS_FAILED
+        )
+    if pending:
+        return (
+            f"jobns doctor: not ready yet: {what}; run jobns doctor again after "
+            f"{' and '.join(after)}",
+            EXIT_JOBNS_FAILED,
+        )
+    return "jobns doctor: this node is ready", 0
+
+
+def config_problem(error: JobnsError, where: str) -> str:
+    """The problem line for a jobns.toml that does not load (every check needs it)."""
+    return (
+        f"{error}; fix: correct {where} (every key: docs/config.md and man jobns; the "
+        "packaged /etc/jobns/jobns.toml lists each one, commented out), or remove it to "
+        "use the built-in defaults"
+    )
 
 
 def slurm_conf_path(given: object = None) -> str:
@@ -1392,18 +1704,26 @@ def main(opts: Options, _command: list[str]) -> int:
     from jobns.launcher.lifecycle.lifecycle import require_root
 
     require_root("doctor")
-    config = config_mod.load(str(opts["config"]) if opts.get("config") else None)
     slurm_conf = slurm_conf_path(opts.get("slurm_conf"))
+    use_slurm = not opts.get("no_slurm")
+    given = str(opts["config"]) if opts.get("config") else None
+    try:
+        config = config_mod.load(given)
+    except JobnsError as e:
+        where = config_mod.config_path(given, dict(os.environ))[0] or config_mod.DEFAULT_PATH
+        print(f"{PROBLEM}: {config_problem(e, _shown(where))}")
+        print(
+            "jobns doctor: 1 problem(s) to fix before this node runs jobs; nothing else "
+            "was checked (every check needs the config): run jobns doctor again after fixing it"
+        )
+        return EXIT_JOBNS_FAILED
     from jobns.launcher.mountns.cdi import settings
 
     cdi_conf = settings(config)
     cdi_dir = str(opts.get("cdi_dir") or (cdi_conf.dir if cdi_conf else DEFAULT_CDI_DIR))
-    found = check(config, slurm_conf, cdi_dir, cdi_conf is not None)
+    found = check(config, slurm_conf, cdi_dir, cdi_conf is not None, use_slurm=use_slurm)
     for kind, text in found:
         print(f"{kind}: {text}")
-    problems = sum(1 for kind, _ in found if kind == PROBLEM)
-    if problems:
-        print(f"jobns doctor: {problems} problem(s) to fix before this node runs jobs")
-        return EXIT_JOBNS_FAILED
-    print("jobns doctor: this node is ready")
-    return 0
+    line, code = verdict(found, not_checked_yet(config, slurm_conf, use_slurm))
+    print(line)
+    return code

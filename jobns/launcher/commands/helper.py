@@ -47,6 +47,7 @@ REQUESTS = "requests"
 DOORBELL = "doorbell"
 PID = "pid"
 END = "JOBNS_END=1"
+EPILOG_AT = "JOBNS_EPILOG_AT"  # launcher.commands.teardown.epilog_time reads it
 VERBS = ("setup", "teardown")  # setup first: a job's teardown waits on its lock anyway
 _REQUEST_NAME = re.compile(r"([0-9]{1,10})\.(setup|teardown)")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")  # a shell variable's name
@@ -111,7 +112,8 @@ def parse_request(name: str, data: bytes) -> Request | None:
     for raw in fields[:-2]:
         text = raw.decode("utf-8", "surrogateescape")
         key, eq, value = text.partition("=")
-        if not eq or not key.startswith("SLURM"):  # `${!SLURM@}` gives no other
+        # `${!SLURM@}` gives no other, and the epilog adds when it ran
+        if not eq or not (key.startswith("SLURM") or key == EPILOG_AT):
             raise JobnsError(f"request {name}: not a SLURM* variable: {key[:40]!r}")
         if _VARIABLE.fullmatch(key) is not None:
             environ[key] = value

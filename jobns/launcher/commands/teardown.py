@@ -18,7 +18,7 @@ from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.inputs import Options
-from jobns.launcher.model.job import job_id_from, run_from
+from jobns.launcher.model.job import job_id_from
 from jobns.launcher.system import state
 from jobns.launcher.system.errors import JobnsError, UserError
 
@@ -46,9 +46,10 @@ def _teardown(opts: Options) -> int:
     config = config_mod.load(str(opts["config"]) if opts.get("config") else None, environ)
     raw_id = opts.get("job_id")
     job_id = job_id_from(None if raw_id is None else str(raw_id), environ)
-    background = bool(opts.get("background"))
-    # By hand (not background) this teardown ends whatever run is recorded.
-    run = run_from(environ, background) if background else None
+    # Which run: the one whose prolog came before this teardown's epilog ran (the
+    # epilog's restart count is already the next run's after a requeue). By hand (not
+    # background) this teardown ends whatever run is recorded.
+    epilog_at = epilog_time(environ) if opts.get("background") else None
     state_dir = config.state_dir
     try:
         lock = state.JobLock(state_dir, job_id)
@@ -62,14 +63,14 @@ def _teardown(opts: Options) -> int:
         if record is None:
             # Not set up (or already torn down). If this run's setup has not begun, it
             # now sets nothing up (launcher.lifecycle.lifecycle.take_setup_mark).
-            state.drop_mark(state_dir, job_id, state.SETUP_MARK, run)
+            state.drop_mark_before(state_dir, job_id, state.SETUP_MARK, epilog_at)
             if os.path.lexists(state.job_dir(state_dir, job_id)):
                 errors = state.remove_job_dir(state_dir, job_id)  # a refusal's run.env only
                 if errors:
                     raise JobnsError(f"teardown job {job_id}: {'; '.join(errors)}")
             lock.release_and_remove()
             return 0
-        if state.later_run(record.run, run):
+        if epilog_at is not None and record.prolog_at is not None and record.prolog_at > epilog_at:
             return 0  # a later run of the job is set up: its own epilog ends it
         try:
             lifecycle.finish(
@@ -88,6 +89,20 @@ def _teardown(opts: Options) -> int:
         try:
             # Whatever happened, this run's epilog mark goes: left, a later job of the
             # same id would find it (launcher.system.state "marks").
-            state.drop_mark(state_dir, job_id, state.ENDING, run)
+            state.drop_mark_before(state_dir, job_id, state.ENDING, epilog_at, state.ENDING_SLACK)
         finally:
             lock.__exit__()
+
+
+EPILOG_AT = "JOBNS_EPILOG_AT"
+
+
+def epilog_time(environ: dict[str, str]) -> float | None:
+    """When the packaged epilog ran (JOBNS_EPILOG_AT, bash's $EPOCHREALTIME), or None
+    (not given, or not a time: then this teardown ends whatever run is recorded)."""
+    raw = environ.get(EPILOG_AT, "")
+    try:
+        at = float(raw)
+    except ValueError:
+        return None
+    return at if 0 < at < 1e11 else None

@@ -187,12 +187,13 @@ def setup(
     state.ensure_state_dir(config.state_dir)
     _warn_propagation_once(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
-        if not take_setup_mark(config.state_dir, job.job_id, run, background):
+        taken, prolog_at = take_setup_mark(config.state_dir, job.job_id, run, background)
+        if not taken:
             if not state.is_set_up(config.state_dir, job.job_id):
                 lock.release_and_remove()
             return
         try:
-            _setup_locked(config, job, plan, kill_wait, caps, staging, run)
+            _setup_locked(config, job, plan, kill_wait, caps, staging, run, prolog_at)
         except UserError:
             raise  # the job's own, recorded where it could be (already set up): not the node
         except BaseException as e:
@@ -204,7 +205,8 @@ def setup(
                 # run's teardown, waiting on it, then forgets the refusal).
                 from jobns.launcher.lifecycle.unattended import failure_text
 
-                refuse(config, job, kill_wait, node_failed_reason(failure_text(e)), run, True)
+                reason = node_failed_reason(failure_text(e))
+                refuse(config, job, kill_wait, reason, run, True, prolog_at)
             else:
                 lock.release_and_remove()  # nothing of the job is left: neither is its lock
             raise
@@ -226,6 +228,7 @@ def _setup_locked(
     caps: Capacities | None,
     staging: Staging | None,
     run: str | None,
+    prolog_at: float | None,
 ) -> None:
     """setup's work once it may set the job up: an earlier run ended, a repeated prolog
     of this run recognised, else a fresh start; a user's error refuses the job."""
@@ -261,19 +264,21 @@ def _setup_locked(
         # staged-in inputs go back first), then set up anew.
         finish(config, job.job_id, old, force=True)
     try:
-        start(config, job, plan, kill_wait, caps, staging, run)
+        start(config, job, plan, kill_wait, caps, staging, run, prolog_at)
     except UserError as e:
         if state.is_set_up(config.state_dir, job.job_id):
             raise  # its teardown failed too: that is for the administrator
-        refuse(config, job, kill_wait, str(e), run)
+        refuse(config, job, kill_wait, str(e), run, prolog_at=prolog_at)
 
 
 def take_setup_mark(
     state_dir: str, job_id: str, run: str | None, background: bool, say: bool = True
-) -> bool:
+) -> tuple[bool, float | None]:
     """First under the job lock in every setup: may this setup set the job up?
 
-    The packaged prolog leaves <id>.setup naming its run before it returns
+    Returns (whether to set up, when the run's prolog left its mark: the record keeps it
+    for the teardown, launcher.commands.teardown). The packaged prolog leaves <id>.setup
+    naming its run before it returns
     (launcher.system.state "marks"); a teardown of that run that got the lock first took
     the mark, and then the run is over before its setup began: a background setup sets
     up nothing (it would leak a job Slurm has ended). By hand (not background) a setup
@@ -283,16 +288,17 @@ def take_setup_mark(
     setup_at = state.mark_time(state_dir, job_id, state.SETUP_MARK)
     if setup_at is not None:
         state.drop_stale_ending(state_dir, job_id, setup_at)
+    prolog_at = setup_at / 1e9 if setup_at is not None else None
     if state.drop_mark(state_dir, job_id, state.SETUP_MARK, run if background else None):
-        return True
+        return True, prolog_at
     if not background:
-        return True
+        return True, None
     if say:
         warn(
             f"setup {job_id}: the job's epilog came first (run {run or '-'} is over before its "
             "setup began); nothing to set up"
         )
-    return False
+    return False, None
 
 
 def another_run(record: Record, run: str | None) -> bool:
@@ -351,7 +357,8 @@ def setup_refused(
     or refused on this node is left as it is)."""
     state.ensure_state_dir(config.state_dir)
     with state.JobLock(config.state_dir, job.job_id) as lock:
-        if not take_setup_mark(config.state_dir, job.job_id, run, background, not node):
+        taken, prolog_at = take_setup_mark(config.state_dir, job.job_id, run, background, not node)
+        if not taken:
             if not state.is_set_up(config.state_dir, job.job_id):
                 lock.release_and_remove()
             return
@@ -361,7 +368,7 @@ def setup_refused(
                 return
             old = None
         if old is None:
-            refuse(config, job, kill_wait, reason, run, node)
+            refuse(config, job, kill_wait, reason, run, node, prolog_at)
         elif old.state != state.REFUSED:
             warn(
                 f"setup {job.job_id}: {reason} (the job is already {old.state} on this "
@@ -395,11 +402,13 @@ def refuse(
     reason: str,
     run: str | None = None,
     node: bool = False,
+    prolog_at: float | None = None,
 ) -> None:
     """Record a job its user made impossible (node: that the node failed in the
     background): nothing of it exists on the node, and every task fails with the reason.
     A user's problem: the prolog succeeds, the node stays in service."""
     record = new_record(job, None, kill_wait, config, state=state.REFUSED, run=run)
+    record.prolog_at = prolog_at
     record.errors = [reason]
     records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, state.REFUSED, job.user.uid, reason)
@@ -415,10 +424,12 @@ def start(
     caps: Capacities | None,
     staging: Staging | None,
     run: str | None = None,
+    prolog_at: float | None = None,
 ) -> Record:
     """A fresh setup: persist the request, then run it to `running`; on failure the
     teardown runs (nothing is lost) and the error is raised again."""
     record = new_record(job, plan, kill_wait, config, caps, staging, run=run)
+    record.prolog_at = prolog_at
     records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, "pending", job.user.uid)
     state.pause_point("pending")

@@ -143,6 +143,7 @@ class Record:
         "no_rm_tmpdir",
         "options",
         "pins",
+        "prolog_at",
         "ran",
         "run",
         "staging",
@@ -186,6 +187,7 @@ class Record:
         self.options: dict[str, object] | None = None
         self.ran: bool | None = False  # None: an old record; the state decides
         self.run: str | None = None  # which run of the job (launcher.system.state marks)
+        self.prolog_at: float | None = None  # when that run's prolog left its mark
         self.capacities: dict[str, int | None] | dict[str, object] = dict(NO_CAPACITIES)
         self.staging: dict[str, object] | None = None
 
@@ -225,6 +227,8 @@ class Record:
         r.ran = ran if isinstance(ran, bool) else None
         run = d.get("run")
         r.run = run if isinstance(run, str) else None
+        prolog_at = d.get("prolog_at")
+        r.prolog_at = float(prolog_at) if isinstance(prolog_at, (int, float)) else None
         caps = d.get("capacities")
         r.capacities = caps if isinstance(caps, dict) else dict(NO_CAPACITIES)
         r.staging = d.get("staging")
@@ -257,6 +261,8 @@ class Record:
             out["ran"] = self.ran
         if self.run is not None:
             out["run"] = self.run
+        if self.prolog_at is not None:
+            out["prolog_at"] = self.prolog_at
         return out
 
     def copy(self) -> Record:
@@ -426,6 +432,14 @@ def run_env_values(record: Record, config: Config) -> dict[str, str]:
         "layout": record.layout,
         "user_pin": record.pins.user or "",
         "mnt_pin": str(record.pins.mnt),
+        # The namespace's identity (its nsfs device and inode, as stat of
+        # /proc/self/ns/mnt shows them): a process the job_container plugin put in the
+        # job's namespace already, where the pins are not visible, knows it is inside.
+        **(
+            {"mnt_ns": f"{record.pins.mnt_dev}:{record.pins.mnt_ino}"}
+            if record.pins.mnt_dev is not None and record.pins.mnt_ino is not None
+            else {}
+        ),
         **({"pid_pin": record.pins.pid} if record.pins.pid else {}),
         "kill_wait": repr(record.kill_wait),
     }

@@ -484,10 +484,15 @@ def remove_job_dir(state_dir: str, job_id: str) -> list[str]:
 #   <jobs>/<id>.ending   the epilog: this run is over and its teardown is on its way. The
 #                        SPANK plugin stops waiting for a setup when it sees it; the
 #                        teardown removes it whatever happens.
-# Each mark holds the run (digits, or nothing when Slurm gave no restart count).
+# Each mark holds the run (digits, or nothing when Slurm gave no restart count). The
+# epilog's count is not its run's: slurmctld counts a requeue up before it ends the run,
+# so a teardown knows its run by time instead: the epilog hands it the time it ran
+# (JOBNS_EPILOG_AT), and a run whose prolog (its record's prolog_at, its mark's time)
+# came later is another run.
 SETUP_MARK = ".setup"
 ENDING = ".ending"
 MARKS = (SETUP_MARK, ENDING)
+ENDING_SLACK = 0.05
 
 
 def mark_path(state_dir: str, job_id: str, suffix: str) -> str:
@@ -513,17 +518,16 @@ def read_mark(state_dir: str, job_id: str, suffix: str) -> str | None:
     return text if text.isdigit() or not text else None
 
 
-def write_mark(state_dir: str, job_id: str, suffix: str, run: str | None) -> None:
-    """What the scripts write (bash, in ci/slurm/), for jobns's own callers and tests."""
-    write_atomic(mark_path(state_dir, job_id, suffix), f"{run or ''}\n".encode(), None, "mark")
-
-
 def drop_mark(state_dir: str, job_id: str, suffix: str, run: str | None) -> bool:
     """Remove the mark when it names `run` (any run when run is None: by hand); True if
     one was removed."""
     named = read_mark(state_dir, job_id, suffix)
     if named is None or (run is not None and named != run):
         return False
+    return _remove_mark(state_dir, job_id, suffix)
+
+
+def _remove_mark(state_dir: str, job_id: str, suffix: str) -> bool:
     try:
         os.unlink(mark_path(state_dir, job_id, suffix))
     except FileNotFoundError:
@@ -550,9 +554,18 @@ def drop_stale_ending(state_dir: str, job_id: str, setup_at: int) -> None:
         _unlink_quietly(mark_path(state_dir, job_id, ENDING))
 
 
-def later_run(run: str | None, than: str | None) -> bool:
-    """Is `run` a later run of the job than `than`? (Unknown runs are never later.)"""
-    return bool(run and than and run.isdigit() and than.isdigit() and int(run) > int(than))
+def drop_mark_before(
+    state_dir: str, job_id: str, suffix: str, before: float | None, slack: float = 0.0
+) -> bool:
+    """Remove the mark when it was written no later than `before` (seconds since the
+    epoch) plus `slack` (any mark when None: by hand); True if one was removed. A prolog's
+    mark is older than its run's epilog: no slack. The epilog's own mark is written just
+    after it read the time, and the kernel stamps it with its coarse clock: a little
+    slack (ENDING_SLACK) keeps it its own, while a later run's marks are seconds later."""
+    at = mark_time(state_dir, job_id, suffix)
+    if at is None or (before is not None and at > (before + slack) * 1e9):
+        return False
+    return _remove_mark(state_dir, job_id, suffix)
 
 
 def is_set_up(state_dir: str, job_id: str) -> bool:
