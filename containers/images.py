@@ -402,7 +402,7 @@ def install_jobns(debs: str) -> str:
     packages, built for this release (debs_dockerfile), copied from the debs image and
     installed with dpkg, offline. Every dependency (the release's python3-pyroute2
     at pyproject's minimum; its slurm-wlm-basic-plugins of the
-    exact major.minor the plugin was built for) is Debian's, in the base image: dpkg
+    exact major.minor.micro the plugins were built for) is Debian's, in the base image: dpkg
     refuses the install, naming the package, if one is missing or too old. Nothing of
     the checkout is in the node; the .debs stay in DEB_DIR (a site's local copy)."""
     return f"""\

@@ -349,9 +349,12 @@ def test_each_node_has_jobns_as_a_site_installs_it(slurm: SlurmCluster, release:
         f"{p} install ok installed" for p in ("jobns", "jobns-slurm")
     ]
     n.exec(["dpkg", "-s", "jobns", "jobns-slurm"]).check("dpkg -s jobns jobns-slurm")
-    # jobns-slurm depends on exactly this release's Slurm major.minor
+    # jobns-slurm depends on exactly this release's Slurm major.minor.micro (its
+    # job_container/namespace plugin loads in no other)
     dep = n.exec(["dpkg-query", "-W", "-f=${Depends}", "jobns-slurm"]).check("Depends").stdout
-    assert f"slurm-wlm-basic-plugins (>= {release.slurm})" in dep, dep
+    slurmd = n.exec(["slurmd", "-V"]).check("slurmd -V").stdout.split()[-1]
+    assert slurmd.startswith(f"{release.slurm}."), slurmd
+    assert f"slurm-wlm-basic-plugins (>= {slurmd})" in dep, dep
     # the system python3 (as root and as alice) imports the packaged jobns
     out = n.exec(["/usr/bin/python3", "-P", "-c", SITE_INSTALL]).check("python").stdout.split()
     assert out == [release.python] + ["True"] * 2 + ["False"] * 7, out
