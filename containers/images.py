@@ -71,14 +71,23 @@ FORKY = ("charliecloud-runtime", "podman", "crun")
 # libraries) and Debian's Python bindings of the PMIx client, to ask PMIx_Get inside a
 # job. Only the releases whose Slurm has mpi/pmix (22.05: mpi_pmix_v4, Open MPI 4.1;
 # 24.11: mpi_pmix_v5, Open MPI 5); forky's 26.05 has no mpi/pmix, and Open MPI 5 and
-# later speak nothing else (no PMI-2), so forky gets none of it.
+# later speak nothing else (no PMI-2): forky gets MPICH, whose PMI client speaks PMI-2
+# to Slurm's mpi/pmi2 (MPICH_PMI2).
 MPI = ("openmpi-bin", "libopenmpi-dev", "python3-pmix")
+MPICH_PMI2 = ("mpich", "libmpich-dev")
 RELEASES = {
     r.suite: r
     for r in (
         Release("bookworm", "22.05", "3.11", packages=MPI),
         Release("trixie", "24.11", "3.13", packages=MPI),
-        Release("forky", "26.05", "3.14", script="sid", expired_release=True, packages=FORKY),
+        Release(
+            "forky",
+            "26.05",
+            "3.14",
+            script="sid",
+            expired_release=True,
+            packages=FORKY + MPICH_PMI2,
+        ),
     )
 }
 DEFAULT_RELEASE = "bookworm"  # the host's own suite: the non-Slurm rig tests use it

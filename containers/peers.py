@@ -121,8 +121,18 @@ NS_LINUX_DIRS: tuple[Mapping[str, str | bool], ...] = (
 )
 
 
-def for_release(slurm: str, *, contain: bool = False) -> list[Mode]:
-    """The modes Slurm `slurm` (major.minor) can run, baselines first, jobns last."""
+def inside_conf(slurm: str) -> dict[str, str]:
+    """slurm.conf lines that load jobns's plugin of Slurm's own type (docs/admin.md
+    "Inside Slurm"): job_container/jobns before 25.11 (with Alloc: every node's prolog
+    at allocation, before an sbcast), namespace/jobns from 25.11 (Slurm forces Contain)."""
+    if version(slurm) >= (25, 11):
+        return {"NamespaceType": "namespace/jobns", **CONTAIN}
+    return {"JobContainerType": "job_container/jobns", "PrologFlags": "Alloc"}
+
+
+def for_release(slurm: str, *, contain: bool = False, inside: bool = False) -> list[Mode]:
+    """The modes Slurm `slurm` (major.minor) can run, baselines first, jobns last;
+    inside: also jobns enforced with its job_container/namespace plugin."""
     v = version(slurm)
     modes = [
         Mode("none", "no namespace plugin"),
@@ -168,6 +178,17 @@ def for_release(slurm: str, *, contain: bool = False) -> list[Mode]:
         )
     modes.append(Mode("jobns", "jobns voluntary", jobns=True))
     modes.append(Mode("jobns-enforced", "jobns enforced", jobns=True, enforce=True))
+    if inside:
+        conf = inside_conf(slurm)
+        modes.append(
+            Mode("jobns-inside", "jobns enf. + its plugin", conf, jobns=True, enforce=True)
+        )
+        if conf.get("PrologFlags") == "Alloc":
+            # what Alloc costs (a synchronous prolog at allocation), apart from the plugin
+            plain = {k: v for k, v in conf.items() if k != "PrologFlags"}
+            modes.append(
+                Mode("jobns-inside-noalloc", "... without Alloc", plain, jobns=True, enforce=True)
+            )
     return modes
 
 

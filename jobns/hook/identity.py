@@ -31,7 +31,6 @@ from jobns.launcher.model.job import (
     hostname,
     layout_from,
     lookup_user,
-    pmix_identity,
     safe_component,
 )
 from jobns.launcher.model.request import Request
@@ -128,29 +127,22 @@ def job_of(
     bundle: Bundle,
     container_id: str | None,
     req: Request | None = None,
-    pmix: bool = False,
     ids: tuple[int, int] | None = None,
 ) -> tuple[Job, str]:
     """(the container's job, what named its user: "" if it is the container's own);
     req: oci-config's request (its flags). ids: the host uid and gid the container runs as
     (default: process.user mapped by config.json's linux.uidMappings).
-
-    pmix: also derive the PMIx namespace and rank from process.env (only oci-config
-    sets the environment; the hook cannot).
     """
     req = req or Request()
     env = bundle.env
     job_id = job_id_of(annotations, env, container_id, req.job_id)
     user, named = user_of(annotations, env, ids or bundle.process_ids(), req.user)
-    nspace, rank = pmix_identity(job_id, env) if pmix else ("", "0")
     job = Job(
         job_id,
         user,
         hostname(),
         layout_of(annotations, req.shared),
         no_rm_of(annotations, req.no_rm_tmpdir),
-        nspace,
-        rank,
     )
     return job, named
 

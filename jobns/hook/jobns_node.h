@@ -43,6 +43,10 @@
 #define JOBNS_ERR 4096
 /* Each includer uses some of these functions. */
 #define JOBNS_FN static __attribute__((unused))
+/* How jobns_open_root_owned checks what it opens. */
+#define JOBNS_DIR 1       /* a directory, else a regular file */
+#define JOBNS_STICKY_OK 2 /* writable by others if sticky (/tmp, an ancestor of state_dir):
+			   * there only root can replace root's entries */
 
 /* The directories and run.env of one job, opened (each -1 until it is). */
 struct jobns_job {
@@ -54,16 +58,19 @@ struct jobns_job {
 
 /* Open name under dir (AT_FDCWD: an absolute path) without following a link: -1 with
  * errno from openat, or -1 with errno EPERM when it is not root's, is writable by
- * others, or is not a directory (want_dir) / regular file. */
-JOBNS_FN int jobns_open_root_owned(int dir, const char *name, int want_dir)
+ * others (unless JOBNS_STICKY_OK and sticky), or is not a directory (JOBNS_DIR in how) /
+ * regular file. */
+JOBNS_FN int jobns_open_root_owned(int dir, const char *name, int how)
 {
 	struct stat st;
-	int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (want_dir ? O_DIRECTORY : 0));
+	int fd = openat(dir, name,
+			O_RDONLY | O_NOFOLLOW | O_CLOEXEC | ((how & JOBNS_DIR) ? O_DIRECTORY : 0));
 
 	if (fd < 0)
 		return -1;
-	if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022) ||
-	    (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+	if (fstat(fd, &st) < 0 || st.st_uid != 0 ||
+	    ((st.st_mode & 022) && !((how & JOBNS_STICKY_OK) && (st.st_mode & S_ISVTX))) ||
+	    ((how & JOBNS_DIR) ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
 		close(fd);
 		errno = EPERM;
 		return -1;
@@ -164,14 +171,44 @@ JOBNS_FN int jobns_read_run_env(struct jobns_job *j)
 	return 0;
 }
 
+/* state_dir= must be an absolute path without '..' (and fit j->shown). */
+JOBNS_FN int jobns_state_dir_ok(const char *state_dir)
+{
+	return state_dir[0] == '/' && !strstr(state_dir, "/..") && strlen(state_dir) <= 1024;
+}
+
+/* j for job_id under state_dir, nothing open yet: 0, or -1 with the reason in err. */
+JOBNS_FN int jobns_start(struct jobns_job *j, const char *state_dir, unsigned long job_id,
+			 char *err, size_t size)
+{
+	snprintf(j->job, sizeof(j->job), "%lu", job_id); /* digits only: a safe component */
+	snprintf(j->shown, sizeof(j->shown), "%s/jobs/%s", state_dir, j->job);
+	j->top = j->jobs = j->dir = -1;
+	if (!jobns_state_dir_ok(state_dir)) {
+		snprintf(err, size, "state_dir=%s must be an absolute path without '..'", state_dir);
+		return -1;
+	}
+	return 0;
+}
+
+/* Look once: open the job's directory under j->jobs (-1: none, errno says why) and read
+ * its run.env into j->text. 0, or -1 with errno (EPERM: not root's, or writable by
+ * others), j->dir still -1 when the directory itself failed. Waits for nothing. */
+JOBNS_FN int jobns_open_dir(struct jobns_job *j)
+{
+	j->dir = j->jobs < 0 ? -1 : jobns_open_root_owned(j->jobs, j->job, JOBNS_DIR);
+	return jobns_read_run_env(j);
+}
+
 /* Open <state_dir>/jobs/<job_id> (each component root's, no link followed) and read its
  * run.env once no setup of the job is to come or under way: the packaged prolog leaves
  * its mark (<job>.setup) for the setup it hands on, which takes it under the job's lock
  * and writes run.env before it lets go. So this waits while the mark is there (at most
  * start_wait seconds: the setup has not begun) or the lock is held (a setup under way;
  * run.env may still be an earlier run's), in that order, at most setup_wait seconds in
- * all (0: no bound), and not once the run is over (its epilog came). Pass 0 for both
- * to look once. 0 with j open and j->text read; -1 with the reason in err (j closed). */
+ * all (0: no bound), and not once the run is over (its epilog came). 0 with j open and
+ * j->text read; -1 with the reason in err (j closed). Inside the job's own mount
+ * namespace only its directory is visible (no mark, no lock): run.env is read at once. */
 JOBNS_FN int jobns_wait_for_setup(struct jobns_job *j, const char *state_dir, unsigned long job_id,
 				long start_wait, long setup_wait, char *err, size_t size)
 {
@@ -180,19 +217,14 @@ JOBNS_FN int jobns_wait_for_setup(struct jobns_job *j, const char *state_dir, un
 	char value[64];
 	int marked, busy;
 
-	snprintf(j->job, sizeof(j->job), "%lu", job_id); /* digits only: a safe component */
-	snprintf(j->shown, sizeof(j->shown), "%s/jobs/%s", state_dir, j->job);
-	j->top = j->jobs = j->dir = -1;
-	if (state_dir[0] != '/' || strstr(state_dir, "/..") || strlen(state_dir) > 1024) {
-		snprintf(err, size, "state_dir=%s must be an absolute path without '..'", state_dir);
+	if (jobns_start(j, state_dir, job_id, err, size) < 0)
 		return -1;
-	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		j->top = jobns_open_root_owned(AT_FDCWD, state_dir, 1);
+		j->top = jobns_open_root_owned(AT_FDCWD, state_dir, JOBNS_DIR);
 		if (j->top < 0 && errno == EPERM)
 			goto not_roots;
-		j->jobs = j->top < 0 ? -1 : jobns_open_root_owned(j->top, "jobs", 1);
+		j->jobs = j->top < 0 ? -1 : jobns_open_root_owned(j->top, "jobs", JOBNS_DIR);
 		if (j->jobs < 0 && errno == EPERM)
 			goto not_roots;
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -200,10 +232,7 @@ JOBNS_FN int jobns_wait_for_setup(struct jobns_job *j, const char *state_dir, un
 		marked = j->jobs >= 0 && jobns_mark_at(j->jobs, j->job, ".setup", &at);
 		busy = j->jobs >= 0 && jobns_setup_under_way(j->jobs, j->job);
 		if (!busy && !(marked && waited < start_wait)) {
-			j->dir = j->jobs < 0 ? -1 : jobns_open_root_owned(j->jobs, j->job, 1);
-			if (j->dir < 0 && errno == EPERM)
-				goto not_roots;
-			if (jobns_read_run_env(j) == 0) {
+			if (jobns_open_dir(j) == 0) {
 				if (jobns_value_of(j->text, "closed", value, sizeof(value)) &&
 				    strcmp(value, "pending") == 0) {
 					snprintf(err, size, "job %s: its setup on this node ended "
@@ -257,8 +286,8 @@ not_roots:
 	return -1;
 }
 
-/* run.env (read into j->text) lets a task join: 0, else -1 with the reason in err (an
- * unknown version, a refused job with its reason, a job being set up or ending). */
+/* run.env (read into j->text) lets a task join: 0; else the reason in err and -1 for an
+ * unknown version (never joinable), -2 for a job refused, being set up or ending. */
 JOBNS_FN int jobns_check_open(const struct jobns_job *j, char *err, size_t size)
 {
 	char value[64], reason[2048];
@@ -280,23 +309,28 @@ JOBNS_FN int jobns_check_open(const struct jobns_job *j, char *err, size_t size)
 			 j->job, (!strcmp(value, "post-run") || !strcmp(value, "staging-out") ||
 				  !strcmp(value, "teardown")) ? "ending" : "still being set up",
 			 value);
-	return -1;
+	return -2;
 }
 
-/* Is this process in the job's mount namespace already (run.env's mnt_ns, read into
- * j->text, names it)? A process Slurm put there (the whole step, joined by the
- * job_container/namespace plugin) cannot see the job's pins: state_dir is a private
- * mount, so a pin made after the namespace is an empty file inside it. */
-JOBNS_FN int jobns_inside(const struct jobns_job *j)
+/* Is this process in the job's mount namespace already (run.env's mnt_ns, in the text
+ * of its run.env, names it)? A process Slurm put there (the whole step, joined by the
+ * job_container/namespace plugin) sees the job's own directory but not its pins: they
+ * are mounts of the node's namespace, so inside they are empty files. */
+JOBNS_FN int jobns_inside_text(const char *text)
 {
 	char want[64], have[64];
 	struct stat st;
 
-	if (!jobns_value_of(j->text, "mnt_ns", want, sizeof(want)) ||
+	if (!jobns_value_of(text, "mnt_ns", want, sizeof(want)) ||
 	    stat("/proc/self/ns/mnt", &st) < 0)
 		return 0;
 	snprintf(have, sizeof(have), "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino);
 	return strcmp(want, have) == 0;
+}
+
+JOBNS_FN int jobns_inside(const struct jobns_job *j)
+{
+	return jobns_inside_text(j->text);
 }
 
 /* Does the job have a PID namespace of its own ([namespace] pid: run.env's pid_pin)? */

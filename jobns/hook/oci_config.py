@@ -71,7 +71,7 @@ def main(opts: Options, command: list[str]) -> int:
     who = f"bundle {path}"
     # The host user the bundle's process runs as (config.json's maps: no process yet).
     ids = b.process_ids()
-    job, named = identity.job_of(b.annotations, b, None, req, pmix=True, ids=ids)
+    job, named = identity.job_of(b.annotations, b, None, req, ids=ids)
     if os.geteuid() != 0 and job.user.uid != os.geteuid():
         raise JobnsError(
             f"oci-config: the job user is {job.user.name} (uid "

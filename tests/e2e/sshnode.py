@@ -90,9 +90,8 @@ PAM_EDIT = r"""
 set -e
 f=/etc/pam.d/sshd
 sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' $f
-sed -i "/^@include common-account/a account required pam_slurm_adopt.so\n\
-account required pam_jobns.so ARGS" $f
-printf 'session required pam_jobns.so ARGS\n' >> $f
+sed -i "/^@include common-account/a account required pam_slurm_adopt.soACCOUNT" $f
+printf 'SESSION' >> $f
 # each edit took (a release whose file differs fails here, not in a login)
 grep -q '^account required pam_slurm_adopt.so' $f
 ! grep -q '^session\s\+required\s\+pam_loginuid.so' $f
@@ -172,9 +171,15 @@ class SshCluster:
 
 
 @contextmanager
-def ssh_cluster(client: Any, image: str | None = None) -> Iterator[SshCluster]:
+def ssh_cluster(
+    client: Any,
+    image: str | None = None,
+    extra: dict[str, str] | None = None,
+    pam_jobns: bool = True,
+) -> Iterator[SshCluster]:
     """ctl + node1 of `image` (a node image of containers/images.py; default: bookworm's)
-    with Slurm up, jobns enforced and sshd on node1."""
+    with Slurm up, jobns enforced and sshd on node1. extra: more slurm.conf lines;
+    pam_jobns False: pam_slurm_adopt alone in sshd's PAM stack."""
     image = image or images.build(client).node
     with Rig(image, hostnames=["ctl", "node1"], client=client) as rig:
         ctl, node = rig.node("ctl"), rig.node("node1")
@@ -200,11 +205,17 @@ def ssh_cluster(client: Any, image: str | None = None) -> Iterator[SshCluster]:
             jobns=True,
             enforce=True,
             cpus=2,
-            extra={"PrologFlags": "Contain"},
+            extra={"PrologFlags": "Contain", **(extra or {})},
         )
         # several users' jobs at once on the one node
         slurm.conf = slurm.conf.replace(" State=UP", " OverSubscribe=FORCE:4 State=UP")
         slurm.start()
-        script = PAM_EDIT.replace("ARGS", PAM_ARGS).replace("PORT", str(PORT))
+        script = (
+            PAM_EDIT.replace("ACCOUNT", f"\\naccount required pam_jobns.so {PAM_ARGS}").replace(
+                "SESSION", f"session required pam_jobns.so {PAM_ARGS}\\n"
+            )
+            if pam_jobns
+            else PAM_EDIT.replace("ACCOUNT", "").replace("SESSION", "")
+        ).replace("PORT", str(PORT))
         node.sh(script).check("configure and start sshd on node1")
         yield SshCluster(rig, slurm)

@@ -13,19 +13,19 @@ job_container plugin (JobContainerType=job_container/jobns) and the SPANK plugin
   or mpi.conf's PMIxCliTmpDirBase), PMIX_NSDIR the step's `spmix_appdir_UID_JOB.STEP`
   under it; no PMIX_PROCDIR (PMIX_ERR_NOT_FOUND, measured on both).
 
-jobns's plugin does not put the whole step in the job's namespace yet (22.05 has no such
-hook; on 24.11 the step's daemon could not read its job's run.env there: docs/admin.md
-"Inside Slurm: the job_container and namespace plugin"), so slurmstepd stays in the
-node's namespace and would make that directory in the node's /tmp, which the tasks (in
-the job's /tmp) cannot see: with Slurm's default mpi.conf, MPI_Init fails on 24.11
-(PMIx 5's gds/shmem2: FILE_OPEN_FAILURE). mpi.conf moves it out of the private
-directories (`PMIxCliTmpDirBase=`, a root-owned 0755 directory beside SlurmdSpoolDir:
-slurmstepd mkdirs `spmix_appdir_*` in it, no parents, and chowns that to the user), as
-`jobns doctor` asks, and the test proves it works that way on both releases.
+On 24.11 jobns's plugin puts the whole step (slurmstepd itself) in the job's namespace
+(step_create), so slurmstepd makes that directory in the job's own /tmp and Slurm's
+default mpi.conf works. 22.05 has no such hook: slurmstepd stays in the node's namespace
+and would make it in the node's /tmp, which the tasks (in the job's /tmp) cannot see
+(PMIx 5's gds/shmem2 then fails MPI_Init with FILE_OPEN_FAILURE). There mpi.conf moves
+it out of the private directories (`PMIxCliTmpDirBase=`, a root-owned 0755 directory
+beside SlurmdSpoolDir: slurmstepd mkdirs `spmix_appdir_*` in it, no parents, and chowns
+that to the user), as `jobns doctor` asks, and the test proves it works that way.
 
 Slurm 26.05 as Debian forky ships it has no mpi/pmix plugin (only mpi_pmi2), and Open MPI
-5 and later speak only PMIx (no PMI-2): that release is skipped with that reason, after
-the node shows the plugin is really missing.
+5 and later speak only PMIx (no PMI-2): there the MPI program is MPICH's, over
+`srun --mpi=pmi2` (Slurm's mpi/pmi2 serves MPICH's PMI client), and the PMIx test is
+skipped with that reason, after the node shows mpi/pmix is really missing.
 """
 
 from __future__ import annotations
@@ -65,10 +65,9 @@ def slurm_version(release: Release) -> tuple[int, ...]:
 
 def whole_step(release: Release) -> bool:
     """Does jobns's plugin put the whole step (slurmstepd itself) in the job's namespace?
-    Not yet on any release (docs/admin.md "Inside Slurm: the job_container and namespace
-    plugin"): Slurm 24.11 and later would let it, 22.05 has no such hook."""
-    del release
-    return False
+    From 24.11, whose slurmd joins in the child that execs slurmstepd; 22.05 has no such
+    hook (docs/admin.md "Inside Slurm: the job_container and namespace plugin")."""
+    return slurm_version(release) >= (24, 11)
 
 
 def shared_memory_btl(release: Release) -> str:
@@ -77,38 +76,39 @@ def shared_memory_btl(release: Release) -> str:
 
 
 def mpi_files(release: Release) -> dict[str, str]:
-    """mpi.conf where the whole step is not joined (every release yet); Slurm's default
-    elsewhere."""
+    """mpi.conf where the whole step is not joined (22.05); Slurm's default elsewhere."""
     if whole_step(release):
         return {}
     return {"/etc/slurm/mpi.conf": f"PMIxCliTmpDirBase={PMIX_BASE}\n"}
 
 
+def plugin_of(release: Release) -> str:
+    """Slurm's MPI plugin the release's MPI speaks: pmix (Open MPI, where Slurm has
+    mpi/pmix), else pmi2 (MPICH, whose PMI client Slurm's mpi/pmi2 serves)."""
+    return "pmi2" if slurm_version(release) >= (25, 11) else "pmix"
+
+
 @pytest.fixture(scope="module")
 def mpi(docker_client: Any, release: Release, release_image: str) -> Iterator[SlurmCluster]:
-    """Two computes with jobns enforced and its job_container plugin, Slurm's mpi/pmix,
-    and Open MPI and python3-pmix in the image."""
+    """Two computes with jobns enforced and its job_container/namespace plugin, and
+    Slurm's MPI plugin of the release (plugin_of) with the MPI of the image."""
     with Rig(
         release_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
     ) as rig:
         node = rig.node(COMPUTES[0])
         plugins = f"/usr/lib/{images.multiarch()}/slurm-wlm"
-        if node.sh(f"ls {plugins}/mpi_pmix*.so").exit_code != 0:
-            shipped = node.sh(f"cd {plugins} && ls mpi_*.so").stdout.split()
-            pytest.skip(
-                f"Slurm {release.slurm} as Debian {release.suite} ships it has no mpi/pmix "
-                f"plugin (only {', '.join(shipped) or 'no mpi plugin'}), and Open MPI 5 and "
-                "later speak only PMIx: no `srun --mpi=pmix` here"
-            )
-        missing = node.sh(
-            f"command -v mpicc && python3 -c 'import glob, sys; "
+        flavour = plugin_of(release)
+        needs = (
+            f"ls {plugins}/mpi_pmix*.so && command -v mpicc && python3 -c 'import glob, sys; "
             f'sys.path += glob.glob("{PMIX_EGG}"); import pmix\''
+            if flavour == "pmix"
+            else f"ls {plugins}/mpi_pmi2.so && mpicc -show | grep -q mpich"
         )
+        missing = node.sh(needs)
         if missing.exit_code != 0:
             raise RigError(
-                f"the {release.suite} node has Slurm's mpi/pmix but not Open MPI or "
-                f"python3-pmix: add images.MPI to its packages ({missing.stdout}"
-                f"{missing.stderr})"
+                f"the {release.suite} node lacks Slurm's mpi/{flavour} or its MPI: images.py "
+                f"gives it MPI or MPICH_PMI2 ({missing.stdout}{missing.stderr})"
             )
         cluster = SlurmCluster(
             rig,
@@ -182,10 +182,10 @@ MPI_JOB = """\
 #SBATCH -N2 --ntasks-per-node=2
 export {net}
 echo batch mnt=$(readlink /proc/self/ns/mnt) host=$(hostname)
-OMPI_MCA_btl=self,{shm},tcp srun --mpi=pmix -N2 --ntasks-per-node=2 {work}/hello-{tag} all \\
+OMPI_MCA_btl=self,{shm},tcp srun --mpi={mpi} -N2 --ntasks-per-node=2 {work}/hello-{tag} all \\
   || exit 10
 # one node, shared memory only: the ranks must meet in the job's /tmp and /dev/shm
-OMPI_MCA_btl=self,{shm} srun --mpi=pmix -N1 -n2 -w {first} {work}/hello-{tag} shm || exit 11
+OMPI_MCA_btl=self,{shm} srun --mpi={mpi} -N1 -n2 -w {first} {work}/hello-{tag} shm || exit 11
 echo batch tmp=$(ls -A /tmp | tr '\\n' ,)
 """
 
@@ -211,8 +211,9 @@ def fields(line: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
 
 
-def test_open_mpi_over_pmix_runs_in_the_jobs_namespace(mpi: SlurmCluster, release: Release) -> None:
-    """`srun --mpi=pmix -N2 --ntasks-per-node=2` of an Open MPI program as alice: all 4
+def test_mpi_runs_in_the_jobs_namespace(mpi: SlurmCluster, release: Release) -> None:
+    """`srun --mpi=pmix -N2 --ntasks-per-node=2` of an Open MPI program (26.05: `srun
+    --mpi=pmi2` of an MPICH one) as alice: all 4
     ranks run and talk (shared memory inside a node, TCP between), each in the job's
     mount namespace (the batch script's on the first node), and no node's own /tmp keeps
     anything of Slurm's PMIx directories or Open MPI's session directory."""
@@ -223,7 +224,12 @@ def test_open_mpi_over_pmix_runs_in_the_jobs_namespace(mpi: SlurmCluster, releas
     before = node_tmp(mpi)
     t0 = time.monotonic()
     script = MPI_JOB.format(
-        net=OMPI_NET, shm=shared_memory_btl(release), work=WORK, tag=tag, first=COMPUTES[0]
+        net=OMPI_NET,
+        shm=shared_memory_btl(release),
+        work=WORK,
+        tag=tag,
+        first=COMPUTES[0],
+        mpi=plugin_of(release),
     )
     job_id = mpi.sbatch(ALICE, script, timeout=180)
     took = time.monotonic() - t0
@@ -322,6 +328,14 @@ def test_pmix_session_directories(mpi: SlurmCluster, release: Release) -> None:
     in the job's own /tmp: the task sees them, the node's /tmp never has them. On 22.05
     they are where mpi.conf put them (PMIxCliTmpDirBase), seen from the task and the node
     alike. Gone from everywhere after the job."""
+    if plugin_of(release) != "pmix":
+        plugins = f"/usr/lib/{images.multiarch()}/slurm-wlm"
+        shipped = mpi.computes[0].sh(f"cd {plugins} && ls mpi_*.so").stdout.split()
+        assert not [p for p in shipped if p.startswith("mpi_pmix")], shipped
+        pytest.skip(
+            f"Slurm {release.slurm} as Debian {release.suite} ships it has no mpi/pmix "
+            f"(only {', '.join(shipped)}): no PMIx server hands a task its directories"
+        )
     tag = f"p{time.monotonic_ns() % 10**9}"
     sync = f"{WORK}/sync-{tag}"
     mpi.controller.put_file(f"{WORK}/pmix-dirs-{tag}.py", PMIX_DIRS_PY)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from containers import peers
 from containers.images import Release
 from containers.rig import Rig
 from containers.slurm import WORK, SlurmCluster
@@ -28,11 +29,26 @@ ALICE = "alice"
 
 def container_conf(release: Release) -> dict[str, str]:
     """slurm.conf lines that load jobns's plugin of Slurm's own type on this release."""
-    if tuple(int(x) for x in release.slurm.split(".")) >= (25, 11):
-        return {"NamespaceType": "namespace/jobns", "PrologFlags": "Contain"}
-    # Alloc: every node's prolog runs when the job is allocated; without it a node's runs
-    # at its first step, after an sbcast to it (which then has no namespace to land in)
-    return {"JobContainerType": "job_container/jobns", "PrologFlags": "Alloc"}
+    return peers.inside_conf(release.slurm)
+
+
+def whole_step(release: Release) -> bool:
+    """Does jobns's plugin put the whole step (slurmstepd itself) in the job's namespace?
+    From 24.11, whose slurmd joins in the child that execs slurmstepd; 22.05 has no such
+    hook (docs/admin.md "Inside Slurm: the job_container and namespace plugin")."""
+    return tuple(int(x) for x in release.slurm.split(".")) >= (24, 11)
+
+
+TASK_EPILOG = "/etc/slurm/task-epilog"
+# Slurm runs it as the job's user after each task, in a child of slurmstepd: for the job
+# named te-probe it says whether it saw the task's /tmp (where each task leaves a mark)
+TASK_EPILOG_SH = f"""\
+#!/bin/sh
+[ "$SLURM_JOB_NAME" = te-probe ] || exit 0
+if [ -e "/tmp/te-mark-$SLURM_JOB_ID" ]; then where=job; else where=node; fi
+echo "$where $(readlink /proc/self/ns/mnt)" \\
+    > "{WORK}/te-$SLURM_JOB_ID-$(hostname)-$SLURM_STEP_ID-$SLURM_PROCID"
+"""
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +57,16 @@ def inside(docker_client: Any, release: Release, release_image: str) -> Iterator
         release_image, hostnames=["ctl", *COMPUTES], client=docker_client, config={"kill_wait": 2}
     ) as rig:
         cluster = SlurmCluster(
-            rig, "ctl", COMPUTES, jobns=True, enforce=True, extra=container_conf(release)
+            rig,
+            "ctl",
+            COMPUTES,
+            jobns=True,
+            enforce=True,
+            extra={**container_conf(release), "TaskEpilog": TASK_EPILOG},
         )
+        cluster.configure()
+        for n in cluster.computes:
+            n.put_file(TASK_EPILOG, TASK_EPILOG_SH, mode=0o755)
         cluster.start()
         yield cluster
 
@@ -66,6 +90,11 @@ def test_the_plugin_is_what_slurmd_loaded(inside: SlurmCluster, release: Release
         )
     r = inside.controller.exec(["scontrol", "show", "config"], timeout=30)
     assert f"{kind}/jobns" in r.stdout, r.stdout[-2000:]
+    # doctor asks for mpi.conf's PMIxCliTmpDirBase only where the step's daemon stays in
+    # the node's namespace (22.05; this cluster has Slurm's default mpi.conf)
+    doctor = inside.computes[0].exec(["jobns", "doctor"], timeout=60)
+    assert "loads only into the exact release" not in doctor.stdout, doctor.stdout
+    assert ("PMIxCliTmpDirBase=" in doctor.stdout) == (not whole_step(release)), doctor.stdout
 
 
 SBCAST_JOB = """\
@@ -108,4 +137,49 @@ def test_a_refused_job_fails_with_its_reason_and_no_node_drains(inside: SlurmClu
     out = inside.output(job_id)
     assert state == "FAILED" and "was refused by jobns setup" in out, (state, out)
     assert "never-ran" not in out, out
+    assert inside.unusable() == {}
+
+
+STEP_JOB = """\
+#!/bin/sh
+#SBATCH -N2 --ntasks-per-node=1 -J te-probe
+srun sh -c 'touch /tmp/te-mark-$SLURM_JOB_ID; echo task $(hostname) $(readlink /proc/self/ns/mnt)'
+srun -o '/tmp/out-%j-%N' sh -c 'echo step-output-$(hostname)'
+srun sh -c 'echo read-$(hostname) $(cat /tmp/out-$SLURM_JOB_ID-$(hostname) 2>&1)'
+"""
+
+
+def test_step_output_and_task_epilog_act_in_the_jobs_namespace(
+    inside: SlurmCluster, release: Release
+) -> None:
+    """`srun -o /tmp/out-%j-%N` and a TaskEpilog, as alice on two nodes. From 24.11 the
+    step's daemon is in the job's namespace (it opens the step's output there): each
+    node's next task reads its output from the job's /tmp, and no node keeps a file of
+    it. On 22.05 slurmstepd opens it in the node's /tmp (Slurm 22.05 has no whole-step
+    hook: a job_container plugin is asked to join only children of slurmd and of
+    slurmstepd), where the job cannot see it: docs/users.md says so. The TaskEpilog (a
+    child of slurmstepd, joined on every release) sees each task's /tmp."""
+    job_id = inside.sbatch(ALICE, STEP_JOB, "-N2")
+    out = inside.output(job_id)
+    tasks = {w[1]: w[2] for w in (line.split() for line in out.splitlines()) if w[0] == "task"}
+    assert sorted(tasks) == sorted(COMPUTES), out
+    reads = [line for line in out.splitlines() if line.startswith("read-")]
+    assert len(reads) == 2, out
+    on_nodes = host_leftovers(inside, f"/tmp/out-{job_id}-* /tmp/te-mark-{job_id}")
+    if whole_step(release):
+        assert sorted(reads) == [f"read-{n} step-output-{n}" for n in sorted(COMPUTES)], out
+        assert on_nodes == [], on_nodes
+    else:
+        assert all("No such file" in r for r in reads), out
+        assert sorted(on_nodes) == sorted(f"{n}: /tmp/out-{job_id}-{n}" for n in COMPUTES)
+        for n in inside.computes:
+            n.sh(f"rm -f /tmp/out-{job_id}-*").check("remove 22.05's step output")
+    # the TaskEpilog after each task of each step: in the job's namespace, seeing its /tmp
+    seen = inside.controller.sh(f"cd {WORK} && grep -H . te-{job_id}-* </dev/null")
+    lines = seen.stdout.split("\n")
+    reports = [line.split(":", 1)[1].split() for line in lines if line]
+    assert len(reports) == 7, seen.stdout  # 3 steps x 2 nodes, and the batch step
+    for node in COMPUTES:
+        mine = [r for line, r in zip(lines, reports, strict=False) if f"-{node}-" in line]
+        assert mine and all(r == ["job", tasks[node]] for r in mine), (node, seen.stdout)
     assert inside.unusable() == {}

@@ -575,7 +575,8 @@ echo batch $(hostname) $(readlink /proc/self/ns/mnt) $TMPDIR
 echo a > /tmp/batch-from-$(hostname)
 srun -N2 sh -c 'h=$(hostname); echo p > /tmp/plain-from-$h; echo s > /dev/shm/shm-from-$h; \
 echo plain $h $(readlink /proc/self/ns/mnt) $(df -B1 --output=size /dev/shm | tail -1) $(ls /tmp)'
-srun -N2 jobns run -- sh -c 'echo wrapped $(hostname) $(readlink /proc/self/ns/mnt) $PMIX_NSDIR'
+srun -N2 jobns run -- sh -c 'echo wrapped $(hostname) $(readlink /proc/self/ns/mnt) \
+$PMIX_SERVER_TMPDIR'
 script -qec "srun -N2 sh -c 'echo pty \\$(hostname) \\$(readlink /proc/self/ns/mnt); \
 echo t > /tmp/pty-from-\\$(hostname)'" /dev/null
 """
@@ -601,7 +602,7 @@ def test_enforced_two_node_job_every_process_in_each_nodes_namespace(
         node_ns = enforced.rig.node(host).exec(["readlink", "/proc/self/ns/mnt"]).stdout
         assert ns != {node_ns.strip()}, out
         assert seen[("plain", host)][1] == str(64 << 20), out  # the shm capacity
-        assert seen[("wrapped", host)][1] == f"/tmp/pmix/slurm.pmix.{job_id}.1", out
+        assert seen[("wrapped", host)][1] == "/tmp/pmix", out
         listing = seen[("plain", host)][2:]
         assert f"plain-from-{host}" in listing and not any(
             f.endswith(f"-from-{other}") for other in COMPUTES if other != host for f in listing

@@ -128,14 +128,14 @@ def test_two_steps_share_tmp_and_dev_shm(cluster: Path, users: list[OsUser]) -> 
         f"srun {JOBNS} run -- sh -c 'echo from-step-0 > /tmp/f; echo seg > /dev/shm/s; "
         "id -u; readlink /proc/self/ns/mnt'\n"
         f"srun {JOBNS} run -- sh -c 'cat /tmp/f /dev/shm/s; readlink /proc/self/ns/mnt; "
-        "echo $TMPDIR $PMIX_NSDIR'\n"
+        "echo $TMPDIR $PMIX_SERVER_TMPDIR $(stat -c %u:%a $PMIX_SERVER_TMPDIR)'\n"
     )
     job_id = sbatch(alice, cluster, script)
     out = output(cluster, job_id).split()
     assert out[0] == str(alice.uid)  # slurmstepd ran the task as the job user
     assert out[2:4] == ["from-step-0", "seg"]
     assert out[1] == out[4]  # both steps in one mount namespace
-    assert out[5:7] == ["/tmp", f"/tmp/pmix/slurm.pmix.{job_id}.1"]
+    assert out[5:8] == ["/tmp", "/tmp/pmix", f"{alice.uid}:700"]
     assert_no_trace(job_id)
 
 

@@ -141,7 +141,7 @@ echo batch $(readlink /proc/self/ns/mnt) $TMPDIR
 echo a > /tmp/a-{tag}; echo b > /dev/shm/b-{tag}; echo v > /var/tmp/v-{tag}
 srun sh -c 'echo plain $(readlink /proc/self/ns/mnt); echo s > /tmp/plain-{tag}; \
 cat /tmp/a-{tag} /dev/shm/b-{tag}'
-srun {wrapped}sh -c 'echo wrapped $(readlink /proc/self/ns/mnt) $TMPDIR $PMIX_NSDIR; \
+srun {wrapped}sh -c 'echo wrapped $(readlink /proc/self/ns/mnt) $TMPDIR $PMIX_SERVER_TMPDIR; \
 echo w > /tmp/wrapped-{tag}; cat /tmp/plain-{tag}'
 script -qec "srun --pty sh -c 'echo pty \\$(readlink /proc/self/ns/mnt); \
 echo p > /dev/shm/pty-{tag}'" /dev/null
@@ -170,7 +170,7 @@ def test_every_process_of_a_job_is_in_its_namespace(
         assert "a\nb\n" in out and "s\n" in out, out  # steps see the script's files
         if mode == "jobns":
             assert words["batch"][1] == "/tmp", out  # the plugin set the job environment
-            assert words["wrapped"][1:] == ["/tmp", f"/tmp/pmix/slurm.pmix.{job_id}.1"], out
+            assert words["wrapped"][1:] == ["/tmp", "/tmp/pmix"], out
         # The files are in the job's directories, none in the node's own.
         tmp = host_tmp_of(mode, job_id)
         for name in (f"a-{tag}", f"plain-{tag}", f"wrapped-{tag}"):

@@ -164,16 +164,6 @@ JOBNS_CODES = frozenset({0, 125})
 RUN_CODES = frozenset({0, 125, 126, 127, *range(129, 129 + 64)})
 
 
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def check_nspace(nspace: str) -> None:
-    """A PMIx namespace jobns accepted: one harmless path component, at most 255
-    characters (PMIX_MAX_NSLEN)."""
-    assert nspace and len(nspace) <= 255 and nspace not in (".", ".."), nspace
-    assert set(nspace) <= _SAFE, nspace
-
-
 def to_bytes(text: str) -> bytes:
     """text as the bytes of an argv or environment entry (no NUL: exec cannot pass one);
     lone surrogates become invalid UTF-8, which is what a hostile user can pass too."""

@@ -24,9 +24,7 @@ from jobns.launcher.model.request import Request
 from jobns.launcher.system.errors import JobnsError
 from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
-    NUMBERS,
     annotation_maps,
-    check_nspace,
     fuzz,
     hostile_text,
     job_id_text,
@@ -35,22 +33,18 @@ from tests.fuzz.support import (
     mostly,
     oci_config_doc,
     outcome,
-    slurm_env,
     state_doc,
     tried,
     user_spec,
 )
 
 
-def check_job(job: Job, named: object, pmix: bool) -> None:
+def check_job(job: Job, named: object) -> None:
     assert safe_component(job.job_id, "job id", "") == job.job_id
     assert job.layout in LAYOUTS and isinstance(job.no_rm, bool)
     assert isinstance(named, (bool, str))
     assert type(job.user.uid) is int and 0 <= job.user.uid < 2**32
     assert type(job.user.gid) is int and 0 <= job.user.gid < 2**32
-    if pmix:
-        check_nspace(job.nspace)
-        assert job.rank.isascii() and job.rank.isdigit()
 
 
 def site_config(box: FuzzBox) -> Config:
@@ -76,29 +70,28 @@ def follow_bundle(
     ids_ = outcome(b.process_ids)
     if isinstance(ids_, tuple):
         assert all(type(i) is int and 0 <= i < 2**32 for i in ids_)
-    for pmix in (False, True):
-        req = Request.from_options(flags)
-        got = outcome(identity.job_of, {**b.annotations, **state_annotations}, b, cid, req, pmix)
-        if isinstance(got, JobnsError):
-            continue
-        job, named = got
-        check_job(job, named, pmix)
-        plan = outcome(build, site_config(box), job)
-        if isinstance(plan, JobnsError):
-            continue
-        hooks = oci_config.hook_entries("/opt/jobns/venv/bin/jobns", str(box.config))
-        new = outcome(
-            oci_config.rewrite,
-            b.doc,
-            oci_config.binds_of(plan),
-            job_environment(site_config(box), job),
-            oci_config.annotations_of(job, named),
-            hooks,
-        )
-        if isinstance(new, dict):
-            # What write_doc does with it; and what the runtime then reads back.
-            data = json.dumps(new, indent=2).encode() + b"\n"
-            assert isinstance(json.loads(data), dict)
+    req = Request.from_options(flags)
+    got = outcome(identity.job_of, {**b.annotations, **state_annotations}, b, cid, req)
+    if isinstance(got, JobnsError):
+        return
+    job, named = got
+    check_job(job, named)
+    plan = outcome(build, site_config(box), job)
+    if isinstance(plan, JobnsError):
+        return
+    hooks = oci_config.hook_entries("/opt/jobns/venv/bin/jobns", str(box.config))
+    new = outcome(
+        oci_config.rewrite,
+        b.doc,
+        oci_config.binds_of(plan),
+        job_environment(site_config(box), job),
+        oci_config.annotations_of(job, named),
+        hooks,
+    )
+    if isinstance(new, dict):
+        # What write_doc does with it; and what the runtime then reads back.
+        data = json.dumps(new, indent=2).encode() + b"\n"
+        assert isinstance(json.loads(data), dict)
 
 
 @fuzz(2)
@@ -230,19 +223,3 @@ def test_bundle_config(
     if isinstance(b, Bundle):
         assert b.rootfs.startswith("/")
         follow_bundle(box, b, state_annotations, cid, flags)
-
-
-@fuzz()
-@given(
-    env=slurm_env(["SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "PMIX_NAMESPACE", "PMIX_RANK"]),
-    job_id=st.one_of(st.just("42"), NUMBERS),
-)
-def test_pmix_identity_from_container_env(env: dict[str, str], job_id: str) -> None:
-    tried("hook.pmix_identity")
-    from jobns.launcher.model.job import pmix_identity
-
-    got = outcome(pmix_identity, job_id, env)
-    if isinstance(got, tuple):
-        nspace, rank = got
-        check_nspace(nspace)
-        assert rank.isascii() and rank.isdigit()

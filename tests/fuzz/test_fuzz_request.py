@@ -25,7 +25,6 @@ from jobns.launcher.model.job import (
     job_id_from,
     layout_from,
     lookup_user,
-    pmix_identity,
     safe_component,
     user_from,
 )
@@ -36,7 +35,6 @@ from tests.fuzz.conftest import FuzzBox
 from tests.fuzz.support import (
     SESSION_ROOT,
     STAGE_ROOT,
-    check_nspace,
     comment_text,
     directives_text,
     fuzz,
@@ -126,16 +124,6 @@ def test_job_from_flags_and_slurm(
         safe_component(job_id, "job id", "")
     layout = outcome(layout_from, shared)
     assert isinstance(layout, JobnsError) or layout in LAYOUTS
-
-
-@fuzz()
-@given(env=slurm_env(), job_id=st.sampled_from(["1", "42", "a.b"]))
-def test_pmix_identity(env: dict[str, str], job_id: str) -> None:
-    tried("job.pmix_identity")
-    got = outcome(pmix_identity, job_id, env)
-    if isinstance(got, tuple):
-        check_nspace(got[0])
-        assert got[1].isascii() and got[1].isdigit()
 
 
 @fuzz()

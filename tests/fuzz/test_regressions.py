@@ -20,7 +20,7 @@ from jobns.launcher.model.directives import (
     resolve_path,
     substitute,
 )
-from jobns.launcher.model.job import layout_from, lookup_user, pmix_identity
+from jobns.launcher.model.job import layout_from, lookup_user
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.validate import first_error
 from jobns.schemas.generated import SCHEMAS
@@ -167,12 +167,6 @@ def test_lookup_user_odd_specs(spec: str) -> None:
 def test_lookup_user_arabic_indic_digits_are_no_uid() -> None:
     # int('\u0660') == 0: taken as uid 0 (root) before; now a name, which does not exist.
     assert "no such user" in refused(lookup_user, "\u0660")
-
-
-# job.py: PMIX_RANK / SLURM_PROCID '²' passed isdigit() and became the PMIx rank.
-@pytest.mark.parametrize("env", [{"PMIX_RANK": "\u00b2"}, {"SLURM_PROCID": "\u0663"}])
-def test_pmix_rank_must_be_ascii_digits(env: dict[str, str]) -> None:
-    assert "not a number" in refused(pmix_identity, "1", env)
 
 
 # job.py: `--use-shared-tmpdir=$'a\nb'` was echoed raw: a two-line error.

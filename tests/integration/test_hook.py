@@ -771,7 +771,7 @@ def test_oci_config_prepares_a_bundle(
     ]
     env = dict(e.split("=", 1) for e in doc["process"]["env"])
     assert env["TMPDIR"] == "/tmp" and env["JOBNS_JOB_ID"] == "OC1"
-    assert env["PMIX_NSDIR"] == "/tmp/pmix/jobns.OC1"
+    assert env["PMIX_SERVER_TMPDIR"] == "/tmp/pmix" and "PMIX_NSDIR" not in env
     assert doc["annotations"] == {"org.jobns.job-id": "OC1"}
     # One stage: the holder notices the container's exit; no poststop hook.
     assert [h["args"] for h in doc["hooks"]["createRuntime"]] == [

@@ -127,8 +127,9 @@ def test_64_concurrent_tasks_land_in_one_namespace(sandbox: Sandbox, users: list
             p.kill()
     assert [p.returncode for p in procs] == [0] * n, [e for _, e in outs if e][:3]
     assert len({o.strip() for o, _ in outs}) == 1  # one namespace for all 64
-    ranks = sorted(os.listdir(sandbox.local / "job-300/tmp/pmix/slurm.pmix.300.0"), key=int)
-    assert ranks == [str(i) for i in range(n)]
+    tmp = sandbox.local / "job-300/tmp"
+    assert sorted(f.name for f in tmp.glob("task-*")) == sorted(f"task-{i}" for i in range(n))
+    assert (tmp / "pmix").stat().st_uid == alice.uid  # made 64 times at once, one winner
     teardown(sandbox, "300")
     assert_clean(sandbox)
 
@@ -213,11 +214,38 @@ def test_host_mount_made_after_setup_appears_in_joined_task(
         subprocess.run(["umount", "-R", str(mnt)], check=False)
 
 
-def test_state_is_not_visible_inside_the_job(sandbox: Sandbox, users: list[OsUser]) -> None:
+def test_only_the_jobs_own_state_is_visible_inside_it(
+    sandbox: Sandbox, users: list[OsUser]
+) -> None:
+    """Inside a job, state_dir shows its own directory alone (Slurm puts processes there,
+    and the SPANK plugin and `jobns run` in them read its run.env), read-only: no other
+    job's directory, and its own pins are empty files (mounts of the node's namespace).
+    The second user, in her job, can neither write there nor see the first's job."""
     setup(sandbox, "710", "--user", users[0].name)
     setup(sandbox, "711", "--user", users[1].name)
-    r = sandbox.run(["run", "--job-id", "711", "--", "ls", "-A", str(sandbox.state)], user=users[1])
-    assert r.returncode == 0 and r.stdout == "", r.stdout  # no pins of job 710 in there
+    state = sandbox.state
+    look = (
+        f"ls -A {state} {state}/jobs; stat -c '%F %s' {state}/jobs/711/ns/mnt; "
+        f"grep -c '^mnt_ns=' {state}/jobs/711/run.env; "
+        f"touch {state}/jobs/711/x {state}/x {state}/jobs/x 2>&1 | wc -l; "
+        f"mv {state}/jobs/711/run.env {state}/jobs/711/y 2>/dev/null || echo mv-refused; "
+        f"ls {state}/jobs/710 2>&1 | grep -c 'No such file'"
+    )
+    r = sandbox.run(["run", "--job-id", "711", "--", "sh", "-c", look], user=users[1])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n") == [
+        f"{state}:",
+        "jobs",
+        "",
+        f"{state}/jobs:",
+        "711",
+        "regular empty file 0",
+        "1",
+        "3",
+        "mv-refused",
+        "1",
+        "",
+    ], r.stdout
     teardown(sandbox, "710")
     teardown(sandbox, "711")
     assert_clean(sandbox)
@@ -239,7 +267,7 @@ def test_env_and_status(sandbox: Sandbox, users: list[OsUser]) -> None:
     lines = r.stdout.splitlines()
     assert all(ln.startswith("export ") for ln in lines)
     env = dict(ln[len("export ") :].split("=", 1) for ln in lines)
-    assert env["TMPDIR"] == "/tmp" and env["PMIX_PROCDIR"] == "/tmp/pmix/slurm.pmix.800.1/2"
+    assert env["TMPDIR"] == "/tmp" and env["PMIX_SERVER_TMPDIR"] == "/tmp/pmix"
     assert env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/scratch"
     r = sandbox.run(["env", "--job-id", "800", "--format", "json"])
     assert json.loads(r.stdout)["TMPDIR"] == "/tmp"

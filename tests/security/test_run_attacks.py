@@ -171,7 +171,7 @@ def test_root_join_with_pmix_env_runs_as_owner_and_leaves_no_root_pmix(
     assert all(uid == alice.uid for uid in owners.values()), owners
     r = world.run(
         "j5",
-        "echo $PMIX_PROCDIR; test -d $PMIX_PROCDIR",
+        "test -d /tmp/pmix && test -O /tmp/pmix && touch /tmp/pmix/mine",
         user=alice,
         env={"SLURM_STEP_ID": "1", "SLURM_PROCID": "2"},
     )
@@ -182,8 +182,8 @@ def test_root_join_with_pmix_env_runs_as_owner_and_leaves_no_root_pmix(
 
 def test_pmix_dir_symlinked_by_the_user_is_never_followed_by_root(world: World) -> None:
     """Attack: alice makes /tmp/pmix in her job a symlink to a root-owned directory, then
-    root runs a task of her job (which creates the PMIx session directories). Defence:
-    nothing is created through the link as root; the decoy stays as it was."""
+    root runs a task of her job (which creates /tmp/pmix). Defence: nothing is created
+    through the link as root; the decoy stays as it was."""
     decoy = world.decoy()
     before = snapshot(decoy)
     assert world.setup("j6").returncode == 0
@@ -219,41 +219,6 @@ def test_root_run_from_a_cwd_the_user_replaced_with_a_symlink(world: World) -> N
     finally:
         here.rmdir()
     assert world.teardown("j7").returncode == 0
-    world.assert_clean()
-
-
-@pytest.mark.parametrize(
-    ("env", "as_root"),
-    [
-        ({"PMIX_NAMESPACE": "../../../etc"}, False),
-        ({"PMIX_NAMESPACE": ".."}, True),
-        ({"SLURM_STEP_ID": "0/../../../etc"}, False),
-        ({"SLURM_PROCID": "1/../../x"}, True),
-        ({"PMIX_RANK": "-1"}, False),
-        ({"PMIX_NAMESPACE": "a\nb"}, False),
-    ],
-    ids=[
-        "nspace-up",
-        "nspace-dotdot-root",
-        "step-id",
-        "procid-root",
-        "rank-negative",
-        "nspace-newline",
-    ],
-)
-def test_pmix_identity_traversal_is_refused(
-    world: World, env: dict[str, str], as_root: bool
-) -> None:
-    """Attack: hostile PMIx/Slurm variables become path components of the PMIx session
-    directories. Defence: exit 125 with one line; nothing is created anywhere."""
-    assert world.setup("j8").returncode == 0
-    r = world.box.run(
-        ["run", "--job-id", "j8", "--", "true"], user=None if as_root else world.alice, env=env
-    )
-    assert r.returncode == 125, (r.stdout, r.stderr)
-    one_line(r)
-    assert sorted(os.listdir(world.box.local / "job-j8/tmp")) in ([], ["pmix"])
-    assert world.teardown("j8").returncode == 0
     world.assert_clean()
 
 

@@ -1,6 +1,6 @@
 """launcher.model.environment: the variables docs/users.md "Environment" promises a job's tasks, for
-every layout, with and without an [arc] section, with the PMIx identity from PMIx's or
-Slurm's variables (no root)."""
+every layout, with and without an [arc] section, whatever PMIx's or Slurm's variables say
+(no root)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from jobns.launcher.model import plan
 from jobns.launcher.model.config import Config, parse
 from jobns.launcher.model.environment import job_environment, pmix_dirs
 from jobns.launcher.model.inputs import Options, Request, config_from_run_env, job_from
-from jobns.launcher.model.job import LAYOUTS, Job, User, current_user, pmix_identity
+from jobns.launcher.model.job import LAYOUTS, Job, User, current_user
 from jobns.launcher.system.errors import JobnsError
 
 PMIX_AND_TMPDIR = {
@@ -18,10 +18,6 @@ PMIX_AND_TMPDIR = {
     "JOBNS_JOB_ID",
     "PMIX_SYSTEM_TMPDIR",
     "PMIX_SERVER_TMPDIR",
-    "PMIX_TMPDIR",
-    "PMIX_NSDIR",
-    "PMIX_PROCDIR",
-    "PMIX_TDIR_RMCLEAN",
 }
 SHARED_FLAG = {"local": None, "shared": "", "per-node": "per-node"}
 
@@ -34,77 +30,62 @@ def user() -> User:
     return User("alice", 1234, 1234, (1234,), "/home/alice")
 
 
-def job(layout: str = "local", environ: dict[str, str] | None = None, job_id: str = "42") -> Job:
-    nspace, rank = pmix_identity(job_id, environ or {})
-    return Job(job_id, user(), "node1", layout, False, nspace, rank)
+def job(layout: str = "local", job_id: str = "42") -> Job:
+    return Job(job_id, user(), "node1", layout, False)
 
 
-def expected(job_id: str, nspace: str, rank: str) -> dict[str, str]:
+def job_in(environ: dict[str, str], layout: str = "local") -> Job:
+    """Job 42 as a command takes it from its flags and the caller's environment."""
+    opts: Options = {"job_id": "42", "use_shared_tmpdir": SHARED_FLAG[layout]}
+    return job_from(Request.from_options(opts), environ)
+
+
+def expected(job_id: str) -> dict[str, str]:
     """docs/users.md "Environment", row by row."""
     return {
         "TMPDIR": "/tmp",
         "JOBNS_JOB_ID": job_id,
         "PMIX_SYSTEM_TMPDIR": "/tmp",
         "PMIX_SERVER_TMPDIR": "/tmp/pmix",
-        "PMIX_TMPDIR": "/tmp/pmix",
-        "PMIX_NSDIR": f"/tmp/pmix/{nspace}",
-        "PMIX_PROCDIR": f"/tmp/pmix/{nspace}/{rank}",
-        "PMIX_TDIR_RMCLEAN": "1",
     }
 
 
-# ------------------------------------------------------------------------- PMIx identity
+# ------------------------------------------------------------------------- PMIx
 
 
-IDENTITIES = [
-    # (environment, NSPACE, RANK)
-    ({}, "jobns.42", "0"),
-    ({"PMIX_NAMESPACE": "ompi.7", "PMIX_RANK": "3"}, "ompi.7", "3"),
-    ({"PMIX_NAMESPACE": "ompi.7"}, "ompi.7", "0"),
-    ({"SLURM_STEP_ID": "2", "SLURM_PROCID": "5"}, "slurm.pmix.42.2", "5"),
-    ({"SLURM_STEP_ID": "0"}, "slurm.pmix.42.0", "0"),
-    ({"SLURM_PROCID": "9"}, "jobns.42", "9"),  # a rank but no step: jobns's own namespace
-    # PMIx's own variables win over Slurm's
-    (
-        {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "4", "SLURM_STEP_ID": "2", "SLURM_PROCID": "9"},
-        "ns",
-        "4",
-    ),
-    ({"PMIX_RANK": "4", "SLURM_STEP_ID": "2", "SLURM_PROCID": "9"}, "slurm.pmix.42.2", "4"),
-    ({"PMIX_NAMESPACE": "ns", "SLURM_STEP_ID": "2", "SLURM_PROCID": "9"}, "ns", "9"),
-    # empty means unset
-    ({"PMIX_NAMESPACE": "", "PMIX_RANK": "", "SLURM_PROCID": "1"}, "jobns.42", "1"),
-    ({"SLURM_STEP_ID": "", "SLURM_PROCID": ""}, "jobns.42", "0"),
+PMIX_ENVIRONS = [
+    {},
+    {"PMIX_NAMESPACE": "ompi.7", "PMIX_RANK": "3"},
+    {"SLURM_STEP_ID": "2", "SLURM_PROCID": "5"},
+    {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "4", "SLURM_STEP_ID": "2", "SLURM_PROCID": "9"},
 ]
 
 
-@pytest.mark.parametrize(("environ", "nspace", "rank"), IDENTITIES)
+@pytest.mark.parametrize("environ", PMIX_ENVIRONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_job_environment_is_what_readme_promises(
-    environ: dict[str, str], nspace: str, rank: str, layout: str
-) -> None:
-    env = job_environment(cfg(), job(layout, environ))
-    assert env == expected("42", nspace, rank)
+def test_job_environment_is_what_readme_promises(environ: dict[str, str], layout: str) -> None:
+    """The same for every step and rank: PMIX_TMPDIR, PMIX_NSDIR, PMIX_PROCDIR and
+    PMIX_TDIR_RMCLEAN are a PMIx server's attributes (PMIx_Get), never set here."""
+    env = job_environment(cfg(), job_in(environ, layout))
+    assert env == expected("42")
 
 
-@pytest.mark.parametrize(("environ", "nspace", "rank"), IDENTITIES)
-def test_pmix_dirs_are_the_three_session_directories_parents_first(
-    environ: dict[str, str], nspace: str, rank: str
-) -> None:
-    env = job_environment(cfg(), job("local", environ))
-    assert pmix_dirs(env) == ["/tmp/pmix", f"/tmp/pmix/{nspace}", f"/tmp/pmix/{nspace}/{rank}"]
+@pytest.mark.parametrize("environ", PMIX_ENVIRONS)
+def test_pmix_dirs_is_the_server_tmpdir_alone(environ: dict[str, str]) -> None:
+    env = job_environment(cfg(), job_in(environ))
+    assert pmix_dirs(env) == ["/tmp/pmix"]
 
 
 def test_pmix_dirs_reads_the_environment_it_is_given() -> None:
-    """run.py merges the caller's environment first: pmix_dirs takes the merged values."""
+    """run.py merges the caller's environment first: pmix_dirs takes the merged values,
+    and only PMIX_SERVER_TMPDIR (a caller's PMIX_NSDIR or PMIX_PROCDIR is nothing to it)."""
     env = {
         "PMIX_SERVER_TMPDIR": "/tmp/pmix",
-        "PMIX_TMPDIR": "/tmp/pmix",
         "PMIX_NSDIR": "/tmp/pmix/a",
         "PMIX_PROCDIR": "/tmp/pmix/a/1",
         "OTHER": "x",
     }
-    assert pmix_dirs(env) == ["/tmp/pmix", "/tmp/pmix/a", "/tmp/pmix/a/1"]
+    assert pmix_dirs(env) == ["/tmp/pmix"]
 
 
 @pytest.mark.parametrize(
@@ -120,9 +101,10 @@ def test_pmix_dirs_reads_the_environment_it_is_given() -> None:
         {"SLURM_PROCID": "²"},
     ],
 )
-def test_an_identity_that_is_no_safe_path_component_is_refused(environ: dict[str, str]) -> None:
-    with pytest.raises(JobnsError, match="PMIx"):
-        pmix_identity("42", environ)
+def test_pmix_and_slurm_step_variables_refuse_no_job(environ: dict[str, str]) -> None:
+    """Nothing jobns sets or makes depends on the caller's PMIx namespace and rank (or
+    Slurm's step and task ids), so no value of theirs refuses a job."""
+    assert job_environment(cfg(), job_in(environ)) == expected("42")
 
 
 # ------------------------------------------------------------------------- layouts
@@ -136,16 +118,16 @@ def test_every_layout_gives_the_same_paths_inside_the_job(layout: str) -> None:
     j = job_from(Request.from_options(opts), environ)
     assert j.layout == layout and j.user.uid == current_user().uid
     env = job_environment(cfg(), j)
-    assert env == expected("77", "slurm.pmix.77.1", "2")
+    assert env == expected("77")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_plan_carries_the_environment_and_the_task_dirs(layout: str) -> None:
     config = cfg('shared_base = "/lustre/scratch"\n[arc]\nscratchdir = "/scratch"\n')
-    j = job(layout, {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "1"})
+    j = job(layout)
     p = plan.build(config, j)
     assert p.env == job_environment(config, j)
-    assert p.task_dirs == ["/tmp/pmix", "/tmp/pmix/ns", "/tmp/pmix/ns/1"]
+    assert p.task_dirs == ["/tmp/pmix"]
     assert p.env["TMPDIR"] == "/tmp" and p.env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/scratch"
 
 
@@ -210,11 +192,10 @@ def test_no_arc_section_means_no_runtime_variables(layout: str) -> None:
 def test_arc_section_sets_the_runtime_variables(
     arc: str, want: dict[str, str], layout: str
 ) -> None:
-    environ = {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "2"}
-    env = job_environment(cfg(f"[arc]\n{arc}\n"), job(layout, environ))
+    env = job_environment(cfg(f"[arc]\n{arc}\n"), job(layout))
     assert runtime(env) == want
     # The PMIx and TMPDIR values do not depend on [arc].
-    assert {k: v for k, v in env.items() if k in PMIX_AND_TMPDIR} == expected("42", "ns", "2")
+    assert {k: v for k, v in env.items() if k in PMIX_AND_TMPDIR} == expected("42")
 
 
 def test_arc_without_a_shared_filesystem_needs_a_scratchdir() -> None:
@@ -256,4 +237,4 @@ def test_a_joined_job_gets_the_runtime_variables_setup_recorded(
 def test_every_valid_job_id_reaches_the_environment_verbatim(job_id: str) -> None:
     env = job_environment(cfg(), job(job_id=job_id))
     assert env["JOBNS_JOB_ID"] == job_id
-    assert env["PMIX_NSDIR"] == f"/tmp/pmix/jobns.{job_id}"
+    assert env["PMIX_SERVER_TMPDIR"] == "/tmp/pmix"

@@ -156,11 +156,5 @@ def test_flags_win_over_annotations() -> None:
         "no_rm_tmpdir": True,
     }
     req = Request.from_options(flags)
-    job, named = job_of({"org.jobns.job-id": "A", SHARED: "shared"}, make({}), None, req, pmix=True)
-    assert (job.job_id, job.layout, job.no_rm, named, job.nspace) == (
-        "F",
-        "per-node",
-        True,
-        "--user",
-        "jobns.F",
-    )
+    job, named = job_of({"org.jobns.job-id": "A", SHARED: "shared"}, make({}), None, req)
+    assert (job.job_id, job.layout, job.no_rm, named) == ("F", "per-node", True, "--user")

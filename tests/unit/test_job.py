@@ -13,7 +13,6 @@ from jobns.launcher.model.job import (
     job_id_from,
     layout_from,
     made_up_job_id,
-    pmix_identity,
     safe_component,
     user_from,
 )
@@ -68,22 +67,6 @@ def test_layouts() -> None:
     assert layout_from("per-node") == "per-node"
     with pytest.raises(JobnsError):
         layout_from("pernode")
-
-
-def test_pmix_identity() -> None:
-    assert pmix_identity("5", {}) == ("jobns.5", "0")
-    assert pmix_identity("5", {"SLURM_STEP_ID": "2", "SLURM_PROCID": "9"}) == (
-        "slurm.pmix.5.2",
-        "9",
-    )
-    assert pmix_identity("5", {"PMIX_NAMESPACE": "ns", "PMIX_RANK": "4", "SLURM_PROCID": "9"}) == (
-        "ns",
-        "4",
-    )
-    with pytest.raises(JobnsError):
-        pmix_identity("5", {"PMIX_NAMESPACE": "../../etc"})
-    with pytest.raises(JobnsError):
-        pmix_identity("5", {"SLURM_PROCID": "1;rm"})
 
 
 def test_user_defaults_to_caller() -> None:

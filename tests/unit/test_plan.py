@@ -82,19 +82,17 @@ def test_shared_layout_needs_a_shared_base() -> None:
 
 
 def test_environment_and_pmix_dirs() -> None:
-    j = Job("8451", ALICE, "n01", nspace="slurm.pmix.8451.0", rank="3")
+    j = Job("8451", ALICE, "n01")
     plan = build(config(arc={"shared_filesystem": False, "scratchdir": "/mnt/scratch"}), j)
     assert plan.env["TMPDIR"] == "/tmp"
-    assert plan.env["PMIX_NSDIR"] == "/tmp/pmix/slurm.pmix.8451.0"
-    assert plan.env["PMIX_PROCDIR"] == "/tmp/pmix/slurm.pmix.8451.0/3"
+    assert plan.env["PMIX_SYSTEM_TMPDIR"] == "/tmp"
+    assert plan.env["PMIX_SERVER_TMPDIR"] == "/tmp/pmix"
+    # PMIx libraries take these from their server (PMIx_Get), never from the environment.
+    assert not {"PMIX_TMPDIR", "PMIX_NSDIR", "PMIX_PROCDIR", "PMIX_TDIR_RMCLEAN"} & set(plan.env)
     assert plan.env["RUNTIME_NODE_SEES_FRONTEND"] == ""
     assert plan.env["RUNTIME_LOCAL_SCRATCH_DIR"] == "/mnt/scratch"
     assert "RUNTIME_LOCAL_SCRATCH_MOVE_TOOL" not in plan.env
-    assert plan.task_dirs == [
-        "/tmp/pmix",
-        "/tmp/pmix/slurm.pmix.8451.0",
-        "/tmp/pmix/slurm.pmix.8451.0/3",
-    ]
+    assert plan.task_dirs == ["/tmp/pmix"]
 
 
 def test_unknown_layout_is_refused() -> None:

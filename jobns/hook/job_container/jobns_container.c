@@ -7,26 +7,26 @@
  * the job's setup final and not refused). Every decision is the prolog's (Python).
  *
  * Where Slurm calls join (read at each release's tag; docs/admin.md "Inside Slurm: the
- * job_container and namespace plugin"), and what this plugin does there today:
+ * job_container and namespace plugin"), and what this plugin does there:
  *   - sbcast and `srun --bcast`: slurmd's child that opens the file as the user
- *     (_open_as_other): joined, so the file lands in the job's /tmp;
- *   - 24.11 and later: slurmd's child that execs each step's slurmstepd (step_create):
- *     not yet (see join_job);
- *   - each task, TaskEpilog, X11's xauth set-up (a child of slurmstepd): left to the
- *     SPANK plugin (see join_job).
+ *     (_open_as_other): joined, or the transfer fails, so the file lands in the job's
+ *     /tmp or nowhere;
+ *   - 24.11 and later: slurmd's child that execs each step's slurmstepd (step_create,
+ *     not the extern step's): joined, so the step daemon's own files (step output to
+ *     /tmp, the PMIx client directories) are the job's, and every child of the daemon
+ *     (tasks, TaskEpilog, X11's xauth set-up, SPANK hooks' children) starts inside;
+ *   - a child of slurmstepd not inside yet (every release; on 22.05 always): joined.
  * join_external (pam_slurm_adopt's request, in a threaded slurmstepd) only opens and
  * checks the pin and hands it over. The rest of the interface is empty: the prolog makes
  * and the epilog removes the namespace.
  *
  * Beside the SPANK plugin, not instead of it: that one sets the job's variables (run.env's
  * env. lines), forks each task into the job's PID namespace, and fails a refused job's
- * tasks with the reason in their output. So the whole-step join lets a job that cannot be
- * joined go on in the node's namespace (its tasks are refused there, with the reason)
- * instead of failing the launch (Slurm would requeue the job held).
- *
- * A process already in the job's namespace (a task of a step joined whole) cannot see
- * the pins (state_dir is a private mount): run.env's mnt_ns names the namespace, and such
- * a process joins nothing.
+ * tasks with the reason in their output. So a join for a step or a child of its daemon
+ * that cannot be made lets the job go on in the node's namespace (its tasks are refused
+ * there, with the reason) instead of failing the launch (Slurm would drain the node or
+ * requeue the job held). A job with a PID namespace is left to the SPANK plugin
+ * whole (join_job says why).
  *
  * Build against the headers of the exact Slurm that loads it: Slurm loads a plugin of
  * this type only when its plugin_version is the daemon's major.minor.micro (SPANK
@@ -46,12 +46,11 @@
 #ifndef JOBNS_STATE_DIR
 #define JOBNS_STATE_DIR "/run/jobns"
 #endif
-#define START_WAIT 60   /* as the SPANK plugin's start_wait= default */
-#define SETUP_WAIT 4000 /* as its setup_wait= default */
-/* What a join in a child of slurmd waits for a background setup at most: a thread of
- * slurmd waits for that child (the step's launch, sbcast's open). A setup takes tens of
- * milliseconds; one that takes longer (a stage-in) leaves the step in the node's
- * namespace and its tasks wait in the SPANK plugin. */
+/* What any join waits for a background setup at most: a thread of slurmd waits for the
+ * child that joins (the step's launch, sbcast's open), slurmstepd for its (a task, a
+ * SPANK hook's child), a thread of slurmstepd for pam_slurm_adopt's pin. A setup takes
+ * tens of milliseconds; one that takes longer (a stage-in) leaves the step in the node's
+ * namespace, and its tasks wait in the SPANK plugin (its setup_wait=). */
 #define SLURMD_WAIT 10
 
 #if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(25, 11, 0)
@@ -64,27 +63,18 @@ const char plugin_name[] = "jobns: Slurm's own work for a job in the job's names
 const char plugin_type[] = PREFIX "/jobns";
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
-/* Is this a child of slurmstepd (a task, TaskEpilog, X11's set-up) rather than of
- * slurmd (sbcast's open, the whole step before its slurmstepd)? 22.05 says no more. */
-static int in_stepd(void)
-{
-	char path[64], comm[32] = "";
-	FILE *f;
+/* How a join treats a job it cannot join. */
+enum how {
+	STRICT,  /* sbcast's open: the file must land in the job's /tmp or nowhere */
+	LENIENT, /* the whole step, a task, TaskEpilog, X11: the SPANK plugin refuses the
+		  * job's tasks with the reason, the rest runs in the node's namespace */
+};
 
-	snprintf(path, sizeof(path), "/proc/%d/comm", (int)getppid());
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	if (!fgets(comm, sizeof(comm), f))
-		comm[0] = '\0';
-	fclose(f);
-	return strncmp(comm, "slurmstepd", 10) == 0;
-}
-
-/* Join job_id's mount namespace, waiting for its background setup (at most `wait`
- * seconds, 0: as long as a task waits). lenient: a job that cannot be joined is not this
- * call's failure (its tasks are refused with the reason by the SPANK plugin). */
-static int join_job(uint32_t job_id, const char *where, int lenient, long wait)
+/* Join job_id's mount namespace, waiting for its background setup at most SLURMD_WAIT
+ * seconds. A job with a PID namespace of its own is joined by the SPANK plugin only: its
+ * mount namespace has that PID namespace's /proc, in which a step daemon or a process
+ * Slurm forks before the SPANK plugin runs would not find itself. */
+static int join_job(uint32_t job_id, const char *where, enum how how)
 {
 	static struct jobns_job j; /* 64 KiB: not on a daemon thread's stack */
 	char err[JOBNS_ERR];
@@ -92,19 +82,13 @@ static int join_job(uint32_t job_id, const char *where, int lenient, long wait)
 
 	if (job_id == 0 || job_id == NO_VAL)
 		return SLURM_SUCCESS;
-	/* Not yet where the SPANK plugin must follow: inside the job's namespace, state_dir
-	 * is hidden (launcher/mountns/pins.py hold()), so a task joined here, or a whole
-	 * step, could not read its job's run.env (its variables, its PID namespace) in the
-	 * SPANK plugin. Tasks (and so TaskEpilog and X11, which this plugin cannot tell from
-	 * them on 22.05) are joined by the SPANK plugin; the whole step stays in the node's
-	 * namespace. Until the job's own directory is visible inside its namespace. */
-	if (lenient || in_stepd())
-		return SLURM_SUCCESS;
-	if (jobns_wait_for_setup(&j, JOBNS_STATE_DIR, job_id, wait ? wait : START_WAIT,
-				 wait ? wait : SETUP_WAIT, err, sizeof(err)) < 0 ||
+	if (jobns_wait_for_setup(&j, JOBNS_STATE_DIR, job_id, SLURMD_WAIT, SLURMD_WAIT, err,
+				 sizeof(err)) < 0 ||
 	    jobns_check_open(&j, err, sizeof(err)) < 0)
 		goto cannot;
-	if (jobns_inside(&j)) {
+	/* Slurm put this process there already (a child of a step joined whole), where the
+	 * job's own directory is visible but its pins are empty files. */
+	if (jobns_inside(&j) || (how == LENIENT && jobns_has_pidns(&j))) {
 		jobns_close(&j);
 		return SLURM_SUCCESS;
 	}
@@ -121,7 +105,7 @@ static int join_job(uint32_t job_id, const char *where, int lenient, long wait)
 	return SLURM_SUCCESS;
 cannot:
 	jobns_close(&j);
-	if (lenient) {
+	if (how == LENIENT) {
 		slurm_info("jobns: %s: %s (its tasks are refused with this reason)", where, err);
 		return SLURM_SUCCESS;
 	}
@@ -129,9 +113,11 @@ cannot:
 	return SLURM_ERROR;
 }
 
+#define NO_PIN (-2) /* adopt_fd: a job pam_jobns joins whole (its PID namespace) */
+
 /* The pin for pam_slurm_adopt (a threaded slurmstepd: open and check, never setns),
  * kept open for the extern step's life as Slurm's own plugins keep theirs; -1 if the job
- * cannot be joined (the login is refused). */
+ * cannot be joined (the login is refused), NO_PIN for a job with a PID namespace. */
 static int adopt_fd(uint32_t job_id)
 {
 	static int fd = -1;
@@ -143,9 +129,16 @@ static int adopt_fd(uint32_t job_id)
 	j = malloc(sizeof(*j));
 	if (!j)
 		return -1;
-	if (jobns_wait_for_setup(j, JOBNS_STATE_DIR, job_id, 0, 0, err, sizeof(err)) < 0 ||
-	    jobns_check_open(j, err, sizeof(err)) < 0 ||
-	    (fd = jobns_open_pin(j, "mnt", CLONE_NEWNS, err, sizeof(err))) < 0)
+	if (jobns_wait_for_setup(j, JOBNS_STATE_DIR, job_id, SLURMD_WAIT, SLURMD_WAIT, err,
+				 sizeof(err)) < 0 ||
+	    jobns_check_open(j, err, sizeof(err)) < 0)
+		slurm_error("jobns: adopt into job %u: %s", job_id, err);
+	/* A job with a PID namespace: pam_slurm_adopt gets no pin and joins nothing, and
+	 * pam_jobns joins both (one setns of a mount namespace here would leave the login
+	 * outside the PID one, where the namespace's /proc does not show it). */
+	else if (jobns_has_pidns(j))
+		fd = NO_PIN;
+	else if ((fd = jobns_open_pin(j, "mnt", CLONE_NEWNS, err, sizeof(err))) < 0)
 		slurm_error("jobns: adopt into job %u: %s", job_id, err);
 	jobns_close(j);
 	free(j);
@@ -163,6 +156,23 @@ extern void fini(void)
 
 #if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0)
 /* 22.05: no step is known at join, and no whole-step join exists. */
+/* Is this a child of slurmstepd (a task, TaskEpilog, X11's set-up) rather than of
+ * slurmd (sbcast's open, the whole step before its slurmstepd)? 22.05 says no more. */
+static int in_stepd(void)
+{
+	char path[64], comm[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)getppid());
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return strncmp(comm, "slurmstepd", 10) == 0;
+}
+
 extern int container_p_create(uint32_t job_id, uid_t uid)
 {
 	(void)job_id;
@@ -180,13 +190,16 @@ extern int container_p_add_cont(uint32_t job_id, uint64_t cont_id)
 extern int container_p_join(uint32_t job_id, uid_t uid)
 {
 	(void)uid;
-	/* a task, TaskEpilog, X11, or sbcast's open (slurmd's child): no step tells which */
-	return join_job(job_id, "join", 0, SLURMD_WAIT);
+	/* a child of slurmstepd (a task, TaskEpilog, a SPANK hook's child), or sbcast's
+	 * open (a child of slurmd): no step says which */
+	return in_stepd() ? join_job(job_id, "join", LENIENT) : join_job(job_id, "sbcast", STRICT);
 }
 
 extern int container_p_join_external(uint32_t job_id)
 {
-	return adopt_fd(job_id);
+	int fd = adopt_fd(job_id);
+
+	return fd == NO_PIN ? 0 : fd; /* 0: no fd, pam_slurm_adopt joins nothing */
 }
 
 extern int container_p_delete(uint32_t job_id)
@@ -225,13 +238,12 @@ typedef struct stepd_step_rec stepd_step_rec_t; /* only ever a pointer here */
 
 static int join_step(slurm_step_id_t *step_id, bool step_create)
 {
-	if (step_id->step_id == SLURM_EXTERN_CONT && step_create)
-		return SLURM_SUCCESS; /* the extern step's daemon holds nothing of the job's */
-	/* step_create, or sbcast's open (no step): a child a thread of slurmd waits for */
-	if (step_create || step_id->step_id == NO_VAL)
-		return join_job(step_id->job_id, step_create ? "join the step" : "sbcast",
-				step_create, SLURMD_WAIT);
-	return join_job(step_id->job_id, "join", 0, 0);
+	if (step_create) /* slurmd's child, before it execs the step's slurmstepd */
+		return join_job(step_id->job_id, "join the step", LENIENT);
+	if (step_id->step_id == NO_VAL) /* sbcast's open, in a child of slurmd */
+		return join_job(step_id->job_id, "sbcast", STRICT);
+	/* a child of slurmstepd: inside already when its step was joined whole */
+	return join_job(step_id->job_id, "join", LENIENT);
 }
 
 static int no_stepd_data(int fd)
@@ -252,6 +264,8 @@ extern int namespace_p_join_external(slurm_step_id_t *step_id, list_t *ns_map)
 	static ns_fd_map_t entry; /* the list has no destructor: nothing to free */
 	int fd = adopt_fd(step_id->job_id);
 
+	if (fd == NO_PIN)
+		return 0; /* nothing to hand: pam_jobns joins that job */
 	if (fd < 0)
 		return -1;
 	entry.type = CLONE_NEWNS;
@@ -310,7 +324,9 @@ extern int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_creat
 
 extern int container_p_join_external(uint32_t job_id)
 {
-	return adopt_fd(job_id);
+	int fd = adopt_fd(job_id);
+
+	return fd == NO_PIN ? 0 : fd; /* 0: no fd, pam_slurm_adopt joins nothing */
 }
 
 extern int container_p_restore(char *dir_name, bool recover)

@@ -41,22 +41,11 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/magic.h>
-#include <linux/nsfs.h>
 #include <pwd.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <sys/vfs.h>
 #include <syslog.h>
-#include <unistd.h>
 
 #include "../jobns_node.h"
 
@@ -67,7 +56,6 @@
 #include <security/pam_modutil.h>
 
 #define DEFAULT_STATE_DIR "/run/jobns"
-#define RUN_ENV_MAX 65536
 #define JOB_ID_MAX_DIGITS 10 /* Slurm job ids are uint32 */
 #define DATA_KEY "pam_jobns_job_id"
 
@@ -82,7 +70,7 @@ enum verdict { JOIN, UNJOINABLE, DENY };
 
 struct job {
 	char id[JOB_ID_MAX_DIGITS + 1];
-	char text[RUN_ENV_MAX + 1]; /* run.env */
+	struct jobns_job j;          /* its directory (open while checked) and run.env */
 	char why[2400];              /* the one line when not JOIN */
 	int ns_fd;                   /* the pin, open, when JOIN */
 	int pid_fd;                  /* ns/pid ([namespace] pid), open, or -1 */
@@ -123,8 +111,7 @@ static int parse_options(pam_handle_t *pamh, int argc, const char **argv, struct
 			return -1;
 		}
 	}
-	if (o->state_dir[0] != '/' || strstr(o->state_dir, "/..") ||
-	    strlen(o->state_dir) > 1024) {
+	if (!jobns_state_dir_ok(o->state_dir)) {
 		pam_syslog(pamh, LOG_ERR, "jobns: state_dir=%s must be an absolute path without "
 			   "'..'; refusing every login until /etc/pam.d is fixed", o->state_dir);
 		return -1;
@@ -132,27 +119,9 @@ static int parse_options(pam_handle_t *pamh, int argc, const char **argv, struct
 	return 0;
 }
 
-/* Open name under dir without following a link, as a directory (want_dir) or a regular
- * file. It must be root's; writable by nobody else, or (an ancestor of the state
- * directory, when sticky_ok) sticky, where only root can replace root's entries. */
-static int open_root_owned(int dir, const char *name, int want_dir, int sticky_ok)
-{
-	struct stat st;
-	int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (want_dir ? O_DIRECTORY : 0));
-
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, &st) < 0 || st.st_uid != 0 ||
-	    ((st.st_mode & 022) && !(sticky_ok && (st.st_mode & S_ISVTX))) ||
-	    (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
-		close(fd);
-		errno = EPERM;
-		return -1;
-	}
-	return fd;
-}
-
-/* The state directory, one component at a time from "/". */
+/* The state directory, one component at a time from "/" (stricter than the other
+ * modules: sshd's monitor is root). An ancestor may be sticky, where only root can
+ * replace root's entries. */
 static int open_state_dir(const char *path)
 {
 	char buf[1100], *save = NULL, *part, *next;
@@ -161,7 +130,7 @@ static int open_state_dir(const char *path)
 	snprintf(buf, sizeof(buf), "%s", path);
 	for (part = strtok_r(buf, "/", &save); part && fd >= 0; part = next) {
 		next = strtok_r(NULL, "/", &save);
-		sub = open_root_owned(fd, part, 1, next != NULL);
+		sub = jobns_open_root_owned(fd, part, JOBNS_DIR | (next ? JOBNS_STICKY_OK : 0));
 		close(fd);
 		fd = sub;
 	}
@@ -181,116 +150,64 @@ static int valid_job_id(const char *id)
 	return strtoull(id, NULL, 10) <= UINT32_MAX;
 }
 
-/* run.env of the job: set up, running, the user's. */
-static enum verdict check_record(struct job *job, int dir, const char *shown, uid_t uid)
+/* run.env of the job (open in job->j) lets it join and it is the user's; then its pins,
+ * unless the login is in its namespace already. */
+static enum verdict check_open_job(struct job *job, uid_t uid)
 {
-	char value[64], reason[2048];
-	ssize_t len;
-	int fd = open_root_owned(dir, "run.env", 0, 0);
+	struct jobns_job *j = &job->j;
+	char value[64];
+	int rc = jobns_check_open(j, job->why, sizeof(job->why));
 
-	if (fd < 0)
-		return fail(job, errno == ENOENT ? UNJOINABLE : DENY,
-			    "job %s is not set up on this node (%s/run.env: %s)", job->id, shown,
-			    strerror(errno));
-	len = read(fd, job->text, RUN_ENV_MAX);
-	close(fd);
-	if (len < 0)
-		return fail(job, DENY, "read %s/run.env: %s", shown, strerror(errno));
-	job->text[len] = '\0';
-	if (!jobns_value_of(job->text, "version", value, sizeof(value)) || strcmp(value, "1") != 0)
-		return fail(job, DENY, "%s/run.env: unknown version (set up by another jobns "
-			    "version?)", shown);
-	if (jobns_value_of(job->text, "closed", value, sizeof(value))) {
-		if (strcmp(value, "refused") == 0)
-			return fail(job, UNJOINABLE, "job %s was refused by jobns setup on this "
-				    "node: %s", job->id, jobns_value_of(job->text, "reason", reason,
-				    sizeof(reason)) ? reason : "see the prolog's log");
-		return fail(job, UNJOINABLE, "job %s is %s on this node (state %s)", job->id,
-			    (!strcmp(value, "post-run") || !strcmp(value, "staging-out") ||
-			     !strcmp(value, "teardown")) ? "ending" : "still being set up", value);
-	}
-	if (!jobns_value_of(job->text, "uid", value, sizeof(value)) ||
+	if (rc < 0) /* -1: an unknown version; -2: refused, being set up or ending */
+		return rc == -1 ? DENY : UNJOINABLE;
+	if (!jobns_value_of(j->text, "uid", value, sizeof(value)) ||
 	    strtoul(value, NULL, 10) != (unsigned long)uid || !value[0])
 		return fail(job, DENY, "job %s is not yours", job->id);
-	return JOIN;
+	if (jobns_inside(j)) {
+		/* pam_slurm_adopt put the login there (jobns's job_container/namespace plugin
+		 * handed it the pin): only the job's variables are left to set. Its PID
+		 * namespace is not reachable from inside: that plugin hands no pin of such a
+		 * job, which this module joins whole. */
+		if (stat("/proc/self/ns/mnt", &job->pin) < 0)
+			return fail(job, DENY, "stat /proc/self/ns/mnt: %s", strerror(errno));
+		return JOIN;
+	}
+	job->ns_fd = jobns_open_pin(j, "mnt", CLONE_NEWNS, job->why, sizeof(job->why));
+	if (job->ns_fd < 0)
+		return DENY;
+	if (fstat(job->ns_fd, &job->pin) < 0)
+		return fail(job, DENY, "%s/ns/mnt: %s", j->shown, strerror(errno));
+	/* ns/pid: a job with [namespace] pid; none (ENOENT) is a job without one */
+	job->pid_fd = jobns_open_pin(j, "pid", CLONE_NEWPID, job->why, sizeof(job->why));
+	return job->pid_fd >= 0 || errno == ENOENT ? JOIN : DENY;
 }
 
-/* ns/pid of a job with [namespace] pid: a PID namespace owned by the host's user
- * namespace; none (ENOENT) is a job without one. */
-static enum verdict check_pid_pin(struct job *job, int dir, const char *shown)
-{
-	int ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-	int fd = ns < 0 ? -1 : openat(ns, "pid", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	int err = errno;
-
-	if (ns >= 0)
-		close(ns);
-	if (fd < 0)
-		return err == ENOENT ? JOIN : fail(job, DENY, "open %s/ns/pid: %s", shown,
-						     strerror(err));
-	if (jobns_roots_namespace(fd, CLONE_NEWPID) != JOBNS_NS_OK) {
-		close(fd);
-		return fail(job, DENY, "%s/ns/pid is not a pinned PID namespace of root's", shown);
-	}
-	job->pid_fd = fd;
-	return JOIN;
-}
-
-/* ns/mnt of the job: a mount namespace owned by the host's user namespace (root's). */
-static enum verdict check_pin(struct job *job, int dir, const char *shown)
-{
-	int ns = openat(dir, "ns", O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-	int fd = ns < 0 ? -1 : openat(ns, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-
-	if (ns >= 0)
-		close(ns);
-	if (fd < 0)
-		return fail(job, DENY, "open %s/ns/mnt: %s", shown, strerror(errno));
-	switch (jobns_roots_namespace(fd, CLONE_NEWNS)) {
-	case JOBNS_NS_OK:
-		break;
-	case JOBNS_NS_USERS:
-		close(fd);
-		return fail(job, DENY, "job %s's namespace belongs to its user, so root will not "
-			    "enter it (set [slurm] enforce = true in jobns.toml on this node)",
-			    job->id);
-	default:
-		close(fd);
-		return fail(job, DENY, "%s/ns/mnt is not a pinned mount namespace", shown);
-	}
-	if (fstat(fd, &job->pin) < 0) {
-		close(fd);
-		return fail(job, DENY, "%s/ns/mnt: %s", shown, strerror(errno));
-	}
-	job->ns_fd = fd;
-	return check_pid_pin(job, dir, shown);
-}
-
+/* Look once (a login never waits for a setup): <state_dir>/jobs/<id> and its run.env. */
 static enum verdict check_job(struct job *job, const struct options *o, uid_t uid)
 {
-	char shown[1200];
-	int top, jobs, dir;
+	struct jobns_job *j = &job->j;
 	enum verdict v;
+	int e;
 
-	snprintf(shown, sizeof(shown), "%s/jobs/%s", o->state_dir, job->id);
-	top = open_state_dir(o->state_dir);
-	if (top < 0)
+	if (jobns_start(j, o->state_dir, strtoul(job->id, NULL, 10), job->why,
+			sizeof(job->why)) < 0)
+		return DENY;
+	j->top = open_state_dir(o->state_dir);
+	if (j->top < 0)
 		return fail(job, errno == ENOENT ? UNJOINABLE : DENY, "job %s is not set up on "
 			    "this node (state directory %s: %s)", job->id, o->state_dir,
 			    errno == EPERM ? "not root's, or writable by others" : strerror(errno));
-	jobs = open_root_owned(top, "jobs", 1, 0);
-	close(top);
-	dir = jobs < 0 ? -1 : open_root_owned(jobs, job->id, 1, 0);
-	if (jobs >= 0)
-		close(jobs);
-	if (dir < 0)
-		return fail(job, errno == ENOENT ? UNJOINABLE : DENY,
-			    "job %s is not set up on this node (%s: %s)", job->id, shown,
-			    errno == EPERM ? "not root's, or writable by others" : strerror(errno));
-	v = check_record(job, dir, shown, uid);
-	if (v == JOIN)
-		v = check_pin(job, dir, shown);
-	close(dir);
+	j->jobs = jobns_open_root_owned(j->top, "jobs", JOBNS_DIR);
+	if (jobns_open_dir(j) < 0) {
+		e = errno;
+		v = fail(job, e == ENOENT ? UNJOINABLE : DENY,
+			 "job %s is not set up on this node (%s%s: %s)", job->id, j->shown,
+			 j->dir < 0 ? "" : "/run.env", e == EPERM && j->dir < 0 ?
+			 "not root's, or writable by others" : strerror(e));
+	} else {
+		v = check_open_job(job, uid);
+	}
+	jobns_close(j);
 	return v;
 }
 
@@ -340,7 +257,7 @@ static enum verdict set_environment(pam_handle_t *pamh, struct job *job)
 {
 	char buf[4200];
 
-	for (const char *line = job->text; line && *line;) {
+	for (const char *line = job->j.text; line && *line;) {
 		const char *end = strchr(line, '\n');
 		size_t len = end ? (size_t)(end - line) : strlen(line);
 
@@ -369,6 +286,8 @@ static enum verdict join(pam_handle_t *pamh, struct job *job)
 {
 	int n = threads();
 
+	if (job->ns_fd < 0) /* inside already */
+		return set_environment(pamh, job);
 	if (n != 1)
 		return fail(job, DENY, "cannot join job %s: this process has %d threads and "
 			    "setns(CLONE_NEWNS) needs one (stack pam_jobns in sshd's session)",

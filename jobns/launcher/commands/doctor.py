@@ -1485,30 +1485,46 @@ def _jobns_container(
                 "PrologFlags=Alloc (Contain includes it)",
             )
         )
-    # No release's step daemon is in the job's namespace yet (docs/admin.md "Inside Slurm:
-    # the job_container and namespace plugin").
+    release = _release_of(version)
+    # From 24.11 slurmd asks the plugin to join the child that execs each step's daemon;
+    # 22.05 has no such hook (docs/admin.md "Inside Slurm: the job_container and
+    # namespace plugin"), so its slurmstepd makes PMIx's client directory in the node's.
     base = _mpi_conf_value(f"{conf_dir}/mpi.conf", "pmixclitmpdirbase")
-    if base is None or _inside_any(base, list(PRIVATE)) or base in PRIVATE:
+    if (release is None or release < (24, 11)) and (
+        base is None or _inside_any(base, list(PRIVATE)) or base in PRIVATE
+    ):
         out.append(
             (
                 NOTE,
-                "jobns does not put a step's daemon in the job's namespace yet: mpi/pmix "
-                "makes its client directory (spmix_appdir_*) in "
+                f"Slurm {version or '(version unknown)'} cannot put a step's daemon in the "
+                "job's namespace: mpi/pmix makes its client directory (spmix_appdir_*) in "
                 f"{base or 'TmpFS (/tmp)'} of the node, where the job's tasks cannot see "
                 f"it; fix: PMIxCliTmpDirBase=/var/spool/slurmd/pmix in {conf_dir}/mpi.conf "
                 "(a directory of root's outside /tmp, /var/tmp and /dev/shm)",
             )
         )
-    if "x11" in flags and "home_xauthority" not in values.get("x11parameters", ""):
+    if (
+        (release is None or release < (25, 11))
+        and "x11" in flags
+        and "home_xauthority" not in values.get("x11parameters", "")
+    ):
         out.append(
             (
                 NOTE,
-                "X11 forwarding: the xauth file is written outside the job's namespace (on "
-                "22.05 and 24.11 Slurm joins there only for a plugin named tmpfs; jobns's "
-                "does not join there yet); fix: X11Parameters=home_xauthority",
+                "X11 forwarding: the xauth file is written outside the job's namespace "
+                "(before 25.11 Slurm joins there only for a plugin named tmpfs); fix: "
+                "X11Parameters=home_xauthority",
             )
         )
     return out or [(OK, f"{ours} ({so}) built for Slurm {built} (node: {version or '?'})")]
+
+
+def _release_of(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a Slurm version such as 24.11.5, or None."""
+    parts = (version or "").split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 def _mpi_conf_value(path: str, key: str) -> str | None:

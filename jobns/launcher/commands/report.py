@@ -13,7 +13,7 @@ from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.environment import job_environment
 from jobns.launcher.model.inputs import Options, Request, config_from_run_env, job_from
-from jobns.launcher.model.job import Job, hostname, job_id_from, lookup_user, pmix_identity
+from jobns.launcher.model.job import Job, hostname, job_id_from, lookup_user
 from jobns.launcher.model.plan import Tree
 from jobns.launcher.system import state
 from jobns.launcher.system.errors import JobnsError
@@ -31,14 +31,13 @@ def env_main(opts: Options, _command: list[str]) -> int:
 
     inside = inside_job(environ, job_id)
     # Inside a job enforced through Slurm the state is hidden: the plugin has set the
-    # job-wide variables already; this adds the step's and rank's PMIx ones.
+    # job's variables already; these are the ones that need no state (all but ARC's).
     values = None if inside else state.read_run_env(config.state_dir, job_id)
     if inside:
         env = job_environment(config_from_run_env({}), job_from(req, environ))
     elif values is not None:
         user = lookup_user(values["uid"])
-        nspace, rank = pmix_identity(job_id, environ)
-        job = Job(job_id, user, hostname(), values["layout"], False, nspace, rank)
+        job = Job(job_id, user, hostname(), values["layout"], False)
         env = job_environment(config_from_run_env(values), job)
     else:
         # Not a list of defaults: a TaskProlog must not hand a task variables of a job
@@ -53,7 +52,7 @@ def env_main(opts: Options, _command: list[str]) -> int:
     elif fmt == "slurm":
         # A Slurm TaskProlog: slurmstepd takes `export NAME=value` verbatim (no quoting,
         # one line each), and the task runs as the job user in the job's namespace, so
-        # its PMIx directories are made here, as `jobns run` makes them.
+        # its PMIx directory (/tmp/pmix) is made here, as `jobns run` makes it.
         if inside:
             from jobns.launcher.model.environment import pmix_dirs
 

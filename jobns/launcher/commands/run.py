@@ -103,7 +103,7 @@ def run_inside(
 ) -> int:
     """Inside a job enforced through Slurm: no namespace to make or join, and the state
     directory is hidden here. Supervise the command with the job environment (the
-    plugin set the job-wide variables; the per-step PMIx ones are computed here)."""
+    plugin set it already; it is computed again here) and make its PMIx directory."""
     from jobns.launcher.model.environment import job_environment, pmix_dirs
     from jobns.launcher.model.inputs import config_from_run_env
 
@@ -171,7 +171,7 @@ def run_joined(
             )
         # Root without --user: the task runs as the job's owner.
         user = lookup_user(str(owner)) if owner != 0 else job.user
-        job = Job(job.job_id, user, job.hostname, job.layout, job.no_rm, job.nspace, job.rank)
+        job = Job(job.job_id, user, job.hostname, job.layout, job.no_rm)
     env = {**environ, **job_environment(config_from_run_env(values), job)}
     if caller == 0 and owner != 0:
         env.update(HOME=job.user.home, USER=job.user.name, LOGNAME=job.user.name)

@@ -608,7 +608,7 @@ def _pre_run_program(config: Config, record: Record) -> str | None:
 def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str, str]:
     """run.env of a job the SPANK plugin enforces: `enforced=1` (its namespace is root's)
     and, as `env.NAME=VALUE` lines, the job environment every task gets from the plugin
-    (the same for all its tasks; the per-task PMIx directories come from `jobns run` or
+    (the same for all its tasks; the PMIx directory /tmp/pmix is made by `jobns run` or
     the TaskProlog `jobns env --format slurm`)."""
     if not enforce:
         return values
@@ -617,9 +617,7 @@ def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str
 
     env = job_environment(config_from_run_env(values), job)
     values = {**values, "enforced": "1"}
-    values.update(
-        (f"env.{k}", v) for k, v in sorted(env.items()) if k not in ("PMIX_NSDIR", "PMIX_PROCDIR")
-    )  # per step and rank
+    values.update((f"env.{k}", v) for k, v in sorted(env.items()))
     return values
 
 

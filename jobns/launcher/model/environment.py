@@ -1,4 +1,4 @@
-"""The variables a job's tasks see: TMPDIR, PMIx session directories, ARC RUNTIME_*.
+"""The variables a job's tasks see: TMPDIR, PMIx's tmpdirs, ARC RUNTIME_*.
 
 PURE: computed from the config and the job only. Paths are as seen *inside*
 the job, where /tmp is already the job's own.
@@ -13,23 +13,19 @@ if TYPE_CHECKING:
 
 PMIX_TOP = "/tmp/pmix"
 
-# Every variable jobns may set; `jobns env` and the OCI hook export exactly these.
-PMIX_DIR_VARS = ("PMIX_SERVER_TMPDIR", "PMIX_TMPDIR", "PMIX_NSDIR", "PMIX_PROCDIR")
-
 
 def job_environment(config: Config, job: Job) -> dict[str, str]:
     env = {
         "TMPDIR": "/tmp",
         "JOBNS_JOB_ID": job.job_id,
-        # PMIx: system tmpdir for rendezvous files, server/session tmpdir,
-        # one directory per namespace and one per process under it.
+        # The only PMIx variables OpenPMIx reads from the environment: where a PMIx
+        # server started inside the job (prterun, a tool) puts its rendezvous files
+        # (pmix.sys.HOST in the system tmpdir, pmix.HOST.tool.* in the server's) and
+        # where clients and tools look for them. PMIX_TMPDIR, PMIX_NSDIR, PMIX_PROCDIR
+        # are attributes a PMIx library gets from its server (PMIx_Get), never from the
+        # environment: jobns sets none of them.
         "PMIX_SYSTEM_TMPDIR": "/tmp",
         "PMIX_SERVER_TMPDIR": PMIX_TOP,
-        "PMIX_TMPDIR": PMIX_TOP,
-        "PMIX_NSDIR": f"{PMIX_TOP}/{job.nspace}",
-        "PMIX_PROCDIR": f"{PMIX_TOP}/{job.nspace}/{job.rank}",
-        # jobns removes the whole tree at the end of the job, so PMIx need not.
-        "PMIX_TDIR_RMCLEAN": "1",
     }
     arc = config.arc
     if arc is not None:
@@ -44,5 +40,5 @@ def job_environment(config: Config, job: Job) -> dict[str, str]:
 
 
 def pmix_dirs(env: dict[str, str]) -> list[str]:
-    """The PMIx directories to create inside the job, parents first."""
-    return [env[v] for v in ("PMIX_SERVER_TMPDIR", "PMIX_NSDIR", "PMIX_PROCDIR")]
+    """The PMIx directory to create inside the job (the server tmpdir), as the job user."""
+    return [env["PMIX_SERVER_TMPDIR"]]

@@ -11,7 +11,6 @@ from jobns.launcher.model.job import (
     hostname,
     job_id_from,
     layout_from,
-    pmix_identity,
     user_from,
 )
 from jobns.launcher.model.request import Options, Request
@@ -48,8 +47,7 @@ def net_from(req: Request) -> bool:
 def job_from(req: Request, environ: dict[str, str]) -> Job:
     job_id = job_id_from(req.job_id, environ)
     user = user_from(req.user, environ)
-    nspace, rank = pmix_identity(job_id, environ)
-    return Job(job_id, user, hostname(), layout_from(req.shared), req.no_rm_tmpdir, nspace, rank)
+    return Job(job_id, user, hostname(), layout_from(req.shared), req.no_rm_tmpdir)
 
 
 def config_from_run_env(values: dict[str, str]) -> Config:

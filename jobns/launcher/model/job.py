@@ -13,7 +13,6 @@ from jobns.launcher.system.errors import JobnsError
 LAYOUTS = ("local", "shared", "per-node")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_COMPONENT = 128
-PMIX_MAX_NSLEN = 255
 
 
 def safe_component(value: str, what: str, fix: str, limit: int = MAX_COMPONENT) -> str:
@@ -95,7 +94,7 @@ def current_user() -> User:
 class Job:
     """Everything jobns needs to know about one job on this node."""
 
-    __slots__ = ("hostname", "job_id", "layout", "no_rm", "nspace", "rank", "user")
+    __slots__ = ("hostname", "job_id", "layout", "no_rm", "user")
 
     def __init__(
         self,
@@ -104,8 +103,6 @@ class Job:
         hostname: str,
         layout: str = "local",
         no_rm: bool = False,
-        nspace: str = "",
-        rank: str = "0",
     ) -> None:
         if layout not in LAYOUTS:
             raise JobnsError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
@@ -114,8 +111,6 @@ class Job:
         self.hostname = hostname
         self.layout = layout
         self.no_rm = no_rm
-        self.nspace = nspace or f"jobns.{job_id}"
-        self.rank = rank
 
 
 MADE_UP_PREFIX = "run-"
@@ -184,20 +179,3 @@ def layout_from(flag: str | None) -> str:
     if flag == "per-node":
         return "per-node"
     raise JobnsError(f"--use-shared-tmpdir={flag!r}: expected no value or 'per-node'")
-
-
-def pmix_identity(job_id: str, environ: dict[str, str]) -> tuple[str, str]:
-    """(nspace, rank) for PMIx directories, from PMIx or Slurm variables when present."""
-    nspace = environ.get("PMIX_NAMESPACE", "")
-    if not nspace and environ.get("SLURM_STEP_ID"):
-        # Slurm's PMIx plugin names a step's namespace slurm.pmix.<job>.<step>.
-        nspace = f"slurm.pmix.{job_id}.{environ['SLURM_STEP_ID']}"
-    nspace = nspace or f"jobns.{job_id}"
-    rank = environ.get("PMIX_RANK") or environ.get("SLURM_PROCID") or "0"
-    # PMIx allows 255 characters (PMIX_MAX_NSLEN): a job id of 128 with jobns.'s prefix fits.
-    safe_component(
-        nspace, "PMIx namespace", "check PMIX_NAMESPACE / SLURM_STEP_ID", limit=PMIX_MAX_NSLEN
-    )
-    if not (rank.isascii() and rank.isdigit()):
-        raise JobnsError(f"PMIx rank {rank!r} is not a number (check PMIX_RANK / SLURM_PROCID)")
-    return nspace, rank

@@ -134,19 +134,7 @@ def pin(
     def hold() -> None:
         libc.unshare(libc.CLONE_NEWNS)
         libc.mount(None, "/", None, libc.MS_REC | libc.MS_SLAVE)
-        try:
-            # Drop the pins (their bind mount) and cover what lies beneath, so the
-            # job holds no reference to other jobs' namespaces and reads no state.
-            libc.umount2(state_dir, libc.MNT_DETACH)
-            libc.mount(
-                "jobns-state",
-                state_dir,
-                "tmpfs",
-                libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC | libc.MS_RDONLY,
-                "size=4k,mode=0755",
-            )
-        except OSError as e:
-            raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
+        show_only_own_state(state_dir, job.job_id)
         drop_other_pins()
         # As root, before she can act in the namespace: covers she cannot lift.
         namespace.cover_bases(plan, roots)
@@ -210,6 +198,39 @@ def pin(
         if holder.report_fd >= 0:
             holder.report()
             holder.wait()
+
+
+def show_only_own_state(state_dir: str, job_id: str) -> None:
+    """In the holder's new mount namespace, as root: replace state_dir by an empty
+    read-only tmpfs that shows the job's own directory alone, read-only.
+
+    Dropping state_dir's bind mount drops every pin under it, so the job holds no
+    reference to another job's namespace and reads no other job's state. Its own
+    directory stays visible because Slurm puts processes in this namespace itself (a
+    whole step, joined by the job_container/namespace plugin), and the SPANK plugin and
+    `jobns run` in them read the job's run.env there. The clone is of the directory
+    alone: the pins made under it afterwards are mounts of the node's namespace, so
+    inside they are empty files."""
+    flags = libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC
+    own = state.job_dir(state_dir, job_id)
+    try:
+        clone = libc.clone_mount(own)
+        try:
+            libc.umount2(state_dir, libc.MNT_DETACH)
+            libc.mount("jobns-state", state_dir, "tmpfs", flags, "size=4k,mode=0755")
+            for made in (f"{state_dir}/{state.JOBS}", own):
+                os.mkdir(made)
+                os.chmod(made, 0o755)  # noqa: S103 (root's, read-only: the job's user reads)
+            libc.attach_mount(clone, own)
+        finally:
+            os.close(clone)
+        # A clone of a slave mount is a slave too: nothing mounted on the node's side
+        # (the job's own pins) may come in after it.
+        libc.mount(None, own, None, libc.MS_PRIVATE)
+        libc.mount(None, own, None, libc.MS_REMOUNT | libc.MS_BIND | libc.MS_RDONLY | flags)
+        libc.mount(None, state_dir, None, libc.MS_REMOUNT | libc.MS_RDONLY | flags)
+    except OSError as e:
+        raise JobnsError(f"hide {state_dir} from the job: {e.strerror}") from None
 
 
 def drop_other_pins() -> None:

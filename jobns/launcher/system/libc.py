@@ -64,6 +64,9 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 
+AT_FDCWD = -100
+AT_SYMLINK_NOFOLLOW = 0x100
+
 # <sys/mount.h>
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -138,8 +141,45 @@ def rename_exchange(dir_fd: int, a: str, b: str) -> None:
         raise oserror(f"exchange {a!r} <-> {b!r}", b)
 
 
+SYS_OPEN_TREE = 428  # the same numbers on x86_64 and aarch64 (Linux 5.2+)
+SYS_MOVE_MOUNT = 429
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH = 4
+
+
+def clone_mount(path: str) -> int:
+    """open_tree(OPEN_TREE_CLONE): an fd on a detached bind mount of path alone (no mount
+    below it comes along), to attach with attach_mount() after the tree it was taken from
+    is gone."""
+    fd = _syscall(
+        _CLong(SYS_OPEN_TREE),
+        _CLong(AT_FDCWD),
+        os.fsencode(path),
+        _CLong(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW),
+    )
+    if fd < 0:
+        raise oserror(f"open_tree({path!r})", path)
+    return fd
+
+
+def attach_mount(fd: int, target: str) -> None:
+    """move_mount(2) the detached mount fd (clone_mount) onto target."""
+    if (
+        _syscall(
+            _CLong(SYS_MOVE_MOUNT),
+            _CLong(fd),
+            b"",
+            _CLong(AT_FDCWD),
+            os.fsencode(target),
+            _CLong(MOVE_MOUNT_F_EMPTY_PATH),
+        )
+        < 0
+    ):
+        raise oserror(f"move_mount(-> {target!r})", target)
+
+
 SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (Linux 5.6+)
-AT_FDCWD = -100
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02  # /proc/PID/root, /proc/PID/fd/N, ...: ELOOP
 RESOLVE_NO_SYMLINKS = 0x04
