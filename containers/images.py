@@ -128,6 +128,7 @@ PACKAGES = (
     "openssh-server",
     "openssh-client",
     "libpam-slurm-adopt",
+    "xauth",  # srun --x11: Slurm runs xauth on the submit host and in the job
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the build *procedure* changes in a way the inputs above do not show.

@@ -11,6 +11,7 @@ node after the job.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -183,3 +184,57 @@ def test_step_output_and_task_epilog_act_in_the_jobs_namespace(
         mine = [r for line, r in zip(lines, reports, strict=False) if f"-{node}-" in line]
         assert mine and all(r == ["job", tasks[node]] for r in mine), (node, seen.stdout)
     assert inside.unusable() == {}
+
+
+COOKIE = "4a6f626e73e2809979e2809978313120"
+X11_JOB = """\
+xauth add "$DISPLAY" MIT-MAGIC-COOKIE-1 {cookie}
+srun --x11 -N1 -w {node} sh -c 'echo "x11 display=$DISPLAY xauthority=$XAUTHORITY \
+mnt=$(readlink /proc/self/ns/mnt)"; xauth -f "$XAUTHORITY" list; ls -A /tmp'
+"""
+
+
+@pytest.fixture(scope="module")
+def x11(docker_client: Any, release: Release, release_image: str) -> Iterator[SlurmCluster]:
+    """One compute node with Slurm's X11 forwarding (PrologFlags=X11, which Slurm refuses
+    beside proctrack/linuxproc: proctrack/pgid here) and jobns's plugin; before 25.11
+    with X11Parameters=home_xauthority, as doctor asks."""
+    extra = {**container_conf(release), "ProctrackType": "proctrack/pgid"}
+    extra["PrologFlags"] = ",".join(
+        sorted({*extra.get("PrologFlags", "").split(","), "Contain", "X11"} - {""})
+    )
+    if tuple(int(x) for x in release.slurm.split(".")) < (25, 11):
+        extra["X11Parameters"] = "home_xauthority"
+    with Rig(release_image, hostnames=["ctl", "node1"], client=docker_client) as rig:
+        cluster = SlurmCluster(rig, "ctl", ("node1",), jobns=True, enforce=True, extra=extra)
+        cluster.start()
+        yield cluster
+
+
+def test_x11_forwarding_sets_up_its_xauthority_where_the_task_reads_it(
+    x11: SlurmCluster, release: Release
+) -> None:
+    """`srun --x11` as alice (a display on the submit host: a cookie in her xauth file, no
+    X server needed until a client connects). 26.05 joins the extern step's xauth set-up
+    to the job's namespace (any namespace plugin): XAUTHORITY is a file in the job's /tmp,
+    with the cookie, and nothing of it is in the node's /tmp. Before 25.11 Slurm joins
+    there only for a plugin named tmpfs, so doctor asks for home_xauthority: the cookie is
+    in her ~/.Xauthority, which the task reads the same."""
+    script = "#!/bin/sh\n" + X11_JOB.format(cookie=COOKIE, node="node1")
+    path = f"{WORK}/x11-{time.monotonic_ns()}.sh"
+    x11.controller.put_file(path, script, mode=0o755)
+    r = x11.controller.exec(["env", "DISPLAY=localhost:7", "sh", path], user=ALICE, timeout=60)
+    assert r.exit_code == 0, (r.stdout, r.stderr, x11.logs())
+    line = next(w for w in r.stdout.splitlines() if w.startswith("x11 "))
+    fields = dict(w.split("=", 1) for w in line.split()[1:])
+    assert COOKIE in r.stdout, r.stdout  # xauth list of the task's XAUTHORITY
+    node = x11.computes[0]
+    if tuple(int(x) for x in release.slurm.split(".")) >= (25, 11):
+        assert fields["xauthority"].startswith("/tmp/.Xauthority-"), line
+        assert fields["xauthority"].rsplit("/", 1)[1] in r.stdout.split(), r.stdout
+        own = node.exec(["readlink", "/proc/self/ns/mnt"]).stdout.strip()
+        assert fields["mnt"] != own, line
+        assert node.sh("ls -A /tmp").stdout.count(".Xauthority-") == 0
+    else:
+        assert fields["xauthority"] == "/home/alice/.Xauthority", line
+    assert x11.unusable() == {}
