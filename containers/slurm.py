@@ -39,7 +39,7 @@ from containers.rig import ExecResult, Node, Rig
 
 CONF = "/etc/slurm/slurm.conf"
 # The scripts an administrator installs (the ones ci/start-slurm installs on the host).
-CI_SLURM = Path(__file__).resolve().parents[1] / "ci" / "slurm"
+SHIPPED_SLURM = Path(__file__).resolve().parents[1] / "jobns" / "slurm"
 JOBNS_HOOKS = "/etc/jobns/slurm"
 JOBNS_CONF = {
     "Prolog": f"{JOBNS_HOOKS}/prolog",

@@ -1,6 +1,6 @@
 """Run jobns as slurmd runs it: the Prolog and Epilog this project installs
-(ci/slurm/prolog, ci/slurm/epilog), executed directly with only the variables slurmd
-gives a prolog or epilog: no PATH, no HOME, no LANG.
+(jobns/slurm/scripts/prolog, jobns/slurm/scripts/epilog), executed directly with only the
+variables slurmd gives a prolog or epilog: no PATH, no HOME, no LANG.
 
 Which variables: Slurm's prep/script plugin builds them (``_build_env`` in
 src/plugins/prep/script/prep_script_slurmd.c) and execve()s the script with that array
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tests.conftest import JOBNS, REPO, OsUser, Sandbox
 
-INSTALLED = "/opt/jobns/venv/bin/jobns"  # what ci/slurm/{prolog,epilog} run
+INSTALLED = "/opt/jobns/venv/bin/jobns"  # what jobns/slurm/scripts/{prolog,epilog} run
 SCRIPTS = {"setup": "prolog", "teardown": "epilog"}
 STATE_DIR = "STATE_DIR=/run/jobns"  # the scripts' copy of jobns.toml's state_dir
 
@@ -70,11 +70,15 @@ def script(box: Sandbox, verb: str) -> Path:
     (nothing else changed); for any other command a /bin/sh script that execs it."""
     path = box.root / f"slurmd-{verb}"
     if verb in SCRIPTS:
-        text = (REPO / "ci" / "slurm" / SCRIPTS[verb]).read_text()
+        text = (REPO / "jobns" / "slurm" / "scripts" / SCRIPTS[verb]).read_text()
         call = f"{INSTALLED} {verb} "
-        assert text.count(call) >= 1, f"ci/slurm/{SCRIPTS[verb]} no longer runs `{call}...`"
+        assert text.count(call) >= 1, (
+            f"jobns/slurm/scripts/{SCRIPTS[verb]} no longer runs `{call}...`"
+        )
         text = text.replace(call, f"{JOBNS} {verb} --config {box.config} ")
-        assert text.count(STATE_DIR) == 1, f"ci/slurm/{SCRIPTS[verb]} no longer sets {STATE_DIR}"
+        assert text.count(STATE_DIR) == 1, (
+            f"jobns/slurm/scripts/{SCRIPTS[verb]} no longer sets {STATE_DIR}"
+        )
         text = text.replace(STATE_DIR, f"STATE_DIR={box.state}")
     else:
         text = f'#!/bin/sh\nexec {JOBNS} {verb} --config {box.config} "$@"\n'

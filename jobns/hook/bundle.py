@@ -225,39 +225,22 @@ def load(path: str) -> Bundle:
 
 
 def write_doc(path: str, doc: dict[str, object]) -> None:
-    """Replace config.json atomically (temporary file, fsync, rename), keeping its owner
-    and mode: a runtime reading it concurrently sees the old file or the new one."""
+    """Replace config.json atomically (launcher.system.files: temporary file, fsync,
+    rename), keeping its owner and mode: a runtime reading it concurrently sees the old
+    file or the new one."""
     import json
+
+    from jobns.launcher.system import files
 
     where = f"{path}/{CONFIG}"
     data = json.dumps(doc, indent=2).encode() + b"\n"
     dfd = _open_dir(path)
-    tmp = f".{CONFIG}.jobns-{os.getpid()}-{os.urandom(4).hex()}"
     try:
-        try:
-            old = os.stat(CONFIG, dir_fd=dfd, follow_symlinks=False)
-            fd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=dfd,
-            )
-        except OSError as e:
-            raise JobnsError(f"write {where}: {e.strerror}") from None
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if os.geteuid() == 0:
-                os.fchown(fd, old.st_uid, old.st_gid)
-            os.fchmod(fd, stat.S_IMODE(old.st_mode))
-            os.fsync(fd)
-        except OSError as e:
-            os.unlink(tmp, dir_fd=dfd)
-            raise JobnsError(f"write {where}: {e.strerror}") from None
-        finally:
-            os.close(fd)
-        os.rename(tmp, CONFIG, src_dir_fd=dfd, dst_dir_fd=dfd)
+        old = os.stat(CONFIG, dir_fd=dfd, follow_symlinks=False)
+        owner = (old.st_uid, old.st_gid) if os.geteuid() == 0 else None
+        files.write_atomic(dfd, CONFIG, data, stat.S_IMODE(old.st_mode), owner=owner)
         os.fsync(dfd)
+    except OSError as e:
+        raise JobnsError(f"write {where}: {e.strerror}") from None
     finally:
         os.close(dfd)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from jobns.launcher.backing.fs import TreeHandle
     from jobns.launcher.model.config import Config
     from jobns.launcher.model.job import Job
+    from jobns.launcher.system.files import Temporary
 
 HOLDS = "holds"
 VERSION = "1"
@@ -56,7 +57,7 @@ def _ensure_dir(parent_fd: int, name: str, path: str) -> int:
     except FileExistsError:
         pass
     except OSError as e:
-        from jobns.launcher.system import state
+        from jobns.launcher.protocol import state
 
         raise state.state_error("create", path, e) from None
     fd = os.open(name, O_DIR, dir_fd=parent_fd)
@@ -102,29 +103,25 @@ def wait_lock(fd: int, timeout: float) -> bool:
 class Pending:
     """A hold file written and locked under a temporary name, not yet in place."""
 
-    __slots__ = ("dir_fd", "fd", "job_id", "name", "path", "state_dir", "tmp")
+    __slots__ = ("dir_fd", "fd", "job_id", "path", "state_dir", "temp")
 
     def __init__(
-        self, state_dir: str, job_id: str, dir_fd: int, fd: int, tmp: str, name: str, path: str
+        self, state_dir: str, job_id: str, dir_fd: int, temp: Temporary, path: str
     ) -> None:
         self.state_dir = state_dir
         self.job_id = job_id
         self.dir_fd = dir_fd
-        self.fd = fd
-        self.tmp = tmp
-        self.name = name
+        self.temp = temp
+        self.fd = temp.fd
         self.path = path
 
     def abort(self) -> None:
-        try:
-            os.unlink(self.tmp, dir_fd=self.dir_fd)
-        except FileNotFoundError:
-            pass
+        self.temp.discard()
         self.close()
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            self.temp.close()
             os.close(self.dir_fd)
             self.fd = self.dir_fd = -1
 
@@ -132,9 +129,9 @@ class Pending:
         """Put the hold in place and fork the holder, which inherits the hold's lock and
         the trees' share locks; the caller then closes its own copies."""
         try:
-            os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            self.temp.commit()
         except OSError as e:
-            from jobns.launcher.system import state
+            from jobns.launcher.protocol import state
 
             raise state.state_error("create hold", self.path, e) from None
         from jobns.launcher.system.fork import spawn
@@ -151,7 +148,7 @@ class Pending:
                 keep=keep,
             )
         except OSError as e:
-            os.unlink(self.name, dir_fd=self.dir_fd)
+            os.unlink(self.temp.name, dir_fd=self.dir_fd)
             raise JobnsError(f"start the holder of {self.path}: {e.strerror}") from None
         finally:
             _set_comm(mine)
@@ -223,7 +220,8 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
         "no_rm": "1" if job.no_rm else "",
     }
     body = "".join(f"{k}={v}\n" for k, v in info.items()).encode()
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
+    from jobns.launcher.system import files
 
     state_fd = os.open(state_dir, O_DIR)
     try:
@@ -234,22 +232,16 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
         dir_fd = _ensure_dir(top, job.job_id, f"{holds_dir(state_dir)}/{job.job_id}")
     finally:
         os.close(top)
-    tmp = f".{cid}.tmp-{os.getpid()}"
     path = f"{holds_dir(state_dir)}/{job.job_id}/{cid}"
     try:
-        fd = os.open(
-            tmp,
-            os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
-        )
+        temp = files.Temporary(dir_fd, cid, 0o600, os.O_RDWR)
     except OSError as e:
         os.close(dir_fd)
         raise state.state_error("create hold", path, e) from None
-    pending = Pending(state_dir, job.job_id, dir_fd, fd, tmp, cid, path)
+    pending = Pending(state_dir, job.job_id, dir_fd, temp, path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # nobody else knows the name yet: never blocks
-        state.write_all(fd, body)
+        fcntl.flock(temp.fd, fcntl.LOCK_EX)  # nobody else knows the name yet: never blocks
+        files.write_all(temp.fd, body)
     except OSError as e:
         pending.abort()  # no half-written hold file is left behind
         raise state.state_error("create hold", path, e) from None
@@ -334,7 +326,7 @@ def release(state_dir: str, job_id: str, cid: str, config: Config) -> list[str]:
 def retire(state_dir: str, job_id: str, path: str, fd: int) -> None:
     """Remove a finished hold (fd: the hold file, locked), the job's hold directory if it
     was the last, and the job's lock file if nothing else of the job is left here."""
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
 
     with state.JobLock(state_dir, job_id) as lock:
         try:
@@ -373,7 +365,7 @@ def _release_trees(state_dir: str, info: dict[str, str], config: Config) -> list
 def adopted(state_dir: str, job_id: str) -> Callable[[], bool]:
     """For fs.release_tree: has a prolog (jobns setup) set the job up since, and so taken
     over its trees (its epilog removes them)?"""
-    from jobns.launcher.system.state import is_set_up
+    from jobns.launcher.protocol.state import is_set_up
 
     return lambda: is_set_up(state_dir, job_id)
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from jobns.launcher.model.job import Job
     from jobns.launcher.model.plan import Plan
     from jobns.launcher.model.record import Record
-    from jobns.launcher.system.state import JobLock
+    from jobns.launcher.protocol.state import JobLock
 
 
 def main(opts: Options, command: list[str]) -> int:
@@ -68,7 +68,7 @@ def create(config: Config, st: oci.OciState, cid: str, set_up: str | None = None
     must have set up here; the container's annotations and environment do not count."""
     from jobns.hook import bundle as bundle_mod
     from jobns.hook import identity, mounts
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
 
     if st.pid <= 0:
         raise JobnsError(
@@ -247,7 +247,7 @@ def flags_ok(path: str, options: tuple[str, ...]) -> bool:
 def recorded(state_dir: str, job_id: str) -> Record | None:
     """The prolog's record of the job, if any (a stat first: a record costs json)."""
     from jobns.launcher.model import record as records
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
 
     if not os.path.exists(f"{state.job_dir(state_dir, job_id)}/{state.STATE}"):
         return None

@@ -41,11 +41,11 @@ import os
 from jobns.hook import rootfs as rootfs_mod
 from jobns.launcher.backing import fs
 from jobns.launcher.mountns.namespace import apply_binds, has_flags, remount_flags
+from jobns.launcher.protocol.state import PAUSE_VAR
 from jobns.launcher.system import libc, mountinfo
-from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError, warn
 from jobns.launcher.system.fastimport import signal
 from jobns.launcher.system.fork import spawn
-from jobns.launcher.system.state import PAUSE_VAR
 
 PAUSE_POINT = "hook-bind"  # test hook: the bind helper stops itself before it binds
 
@@ -103,16 +103,7 @@ def apply(ns_fd: int, ns_path: str, rootfs: str, plan: Plan, handles: list[TreeH
         if skip_w >= 0:
             os.close(skip_w)
     for line in skipped.decode(errors="replace").splitlines():
-        _warn(f"warning: {line}")
-
-
-def _warn(msg: str) -> None:
-    import sys
-
-    from jobns.launcher.system.log import log
-
-    sys.stderr.write(f"jobns: {msg}\n")
-    log(msg, level="warning")
+        warn(f"warning: {line}")
 
 
 def _child(

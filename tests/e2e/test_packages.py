@@ -69,7 +69,7 @@ def test_jobns_holds_the_python_package_and_what_a_site_configures(
     ):
         assert path in files, path
     units = {p.rsplit("/", 1)[1] for p in files if "/systemd/system/" in p} - {""}
-    assert units == {p.name for p in (REPO / "jobns" / "hook" / "systemd").iterdir()}
+    assert units == {p.name for p in (REPO / "jobns" / "systemd").iterdir()}
     assert files["/etc/jobns/slurm/prolog"].startswith("-rwxr-xr-x")
     # no test tools, no checkout-only code
     python = [p for p in files if "/dist-packages/" in p]

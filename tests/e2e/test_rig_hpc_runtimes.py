@@ -215,7 +215,7 @@ def podman(node: Node, options: str, script: str) -> ExecResult:
 
 def test_podman5_hook_as_the_nodes_first_jobns_call(podman_node: Node) -> None:
     """crun runs hooks with umask 0: the state directory the hook makes is still root's
-    0755 (launcher.system.state.ensure_state_dir), and the next container works too."""
+    0755 (launcher.protocol.state.ensure_state_dir), and the next container works too."""
     node = podman_node
     # a node where jobns never ran (whichever of this module's tests ran before)
     node.sh("umount -l /run/jobns 2>/dev/null; rm -rf /run/jobns").check("reset /run/jobns")

@@ -126,7 +126,7 @@ def write_table() -> None:
         what = [f"`{k}={v}`" for k, v in mode.conf.items()]
         what += [f"{path}: `{' '.join(text.split())}`" for path, text in mode.files.items()]
         if mode.jobns:
-            what.append("Prolog/Epilog `jobns setup`/`jobns teardown` (ci/slurm)")
+            what.append("Prolog/Epilog `jobns setup`/`jobns teardown` (jobns/slurm/scripts)")
             what.append(f"jobns.toml: `{' '.join(JOBNS_TOML.split()[6:])}`")
         if mode.enforce:
             what.append("the jobns SPANK plugin (`required`), `[slurm] enforce = true`")

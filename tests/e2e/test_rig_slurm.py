@@ -4,7 +4,7 @@ per Slurm release (the `release` fixture: Debian bookworm's 22.05, trixie's 24.1
 
 Deployed as docs/admin.md "Deploying on a Slurm cluster" says (containers/slurm.py, jobns=True):
 Prolog=/etc/jobns/slurm/prolog (`jobns setup`), Epilog=/etc/jobns/slurm/epilog (`jobns
-teardown`), no PrologFlags, the scripts byte for byte from ci/slurm/; every task is
+teardown`), no PrologFlags, the scripts byte for byte from jobns/slurm/scripts/; every task is
 `srun jobns run -- CMD`; per-job options travel in `sbatch --comment "jobns: ..."`. All
 jobs are submitted by the ordinary user alice. After every job, no node keeps anything of
 it: no /tmp/job-*, /dev/shm/job-*, nothing under /run/jobns/jobs, no new mount (no nsfs
@@ -13,7 +13,7 @@ failed prolog or epilog drains it). slurmd itself starts the prolog and epilog, 
 own environment (no PATH), as on a site's node.
 
 The voluntary cluster (`slurm`) also has `[capacity] tmp_backing = "disk"` (the host's
-loop devices in each node) and ci/slurm/oci.conf for `srun --container`.
+loop devices in each node) and jobns/slurm/oci.conf for `srun --container`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pytest
 from containers.images import JOBNS, Release, spank_plugin
 from containers.privileges import ROOTLESS_RUNC
 from containers.rig import CONFIG_PATH, Node, Rig
-from containers.slurm import CI_SLURM, FINAL, WORK, SlurmCluster, render_conf
+from containers.slurm import FINAL, SHIPPED_SLURM, WORK, SlurmCluster, render_conf
 
 pytestmark = pytest.mark.docker
 
@@ -68,7 +68,7 @@ def slurm(docker_client: Any, release: Release, release_image: str) -> Iterator[
         privileges=ROOTLESS_RUNC,  # srun --container
     ) as rig:
         # the example the jobns package ships (/usr/share/doc/jobns/examples/oci.conf)
-        oci = (CI_SLURM / "oci.conf").read_text().replace("/opt/jobns/venv/bin/jobns", JOBNS)
+        oci = (SHIPPED_SLURM / "oci.conf").read_text().replace("/opt/jobns/venv/bin/jobns", JOBNS)
         cluster = SlurmCluster(rig, "ctl", COMPUTES, jobns=True, files={"/etc/slurm/oci.conf": oci})
         cluster.start()
         cluster.timings["up"] = time.monotonic() - t0
@@ -185,9 +185,9 @@ def test_jobns_is_deployed_as_prolog_and_epilog(slurm: SlurmCluster, release: Re
             path = f"/etc/jobns/slurm/{name}"
             r = n.exec(["stat", "-c", "%U %a", path]).check(f"stat {path}")
             assert r.stdout.strip() == "root 755", (n, path)
-            # the jobns package's: the tested copies from ci/slurm, naming /usr/bin/jobns
+            # the jobns package's: jobns/slurm/scripts, naming /usr/bin/jobns
             text = n.exec(["cat", path]).check(f"cat {path}").stdout
-            dev = (CI_SLURM / name).read_text()
+            dev = (SHIPPED_SLURM / "scripts" / name).read_text()
             assert text == dev.replace("/opt/jobns/venv/bin/jobns", JOBNS), (n, path)
 
 

@@ -69,7 +69,7 @@ def test_node_dockerfile_installs_the_packages_built_for_its_release() -> None:
 def test_the_packages_are_built_from_the_checkout_but_not_its_tests() -> None:
     names = set(images.package_sources())
     assert {"src/debian/rules", "src/ci/build-deb", "src/pyproject.toml"} <= names
-    assert "src/jobns/hook/spank/jobns_spank.c" in names
+    assert "src/jobns/slurm/spank/jobns_spank.c" in names
     assert not any(n.startswith(("src/tests/", "src/containers/")) for n in names)
 
 

@@ -2,7 +2,7 @@
 ordinary user: oci.conf's RunTimeRun runs `jobns oci-config` as the user on the step's
 bundle, then rootless runc; the container's /tmp, /var/tmp and /dev/shm are the job's.
 
-Installs ci/slurm/oci.conf as /etc/slurm/oci.conf for the test (slurmstepd reads it for
+Installs jobns/slurm/oci.conf as /etc/slurm/oci.conf for the test (slurmstepd reads it for
 --container steps only; other jobs never look at it) and /run/user/UID for the user.
 """
 
@@ -52,7 +52,7 @@ def container_cluster(users: list[OsUser]) -> Iterator[tuple[Path, Path]]:
     require(shutil.which("runc") is not None, "runc is not installed (ci/install-system)")
     alice = users[0]
     saved = OCI_CONF.read_bytes() if OCI_CONF.exists() else None
-    shutil.copyfile(REPO / "ci" / "slurm" / "oci.conf", OCI_CONF)
+    shutil.copyfile(REPO / "jobns" / "slurm" / "oci.conf", OCI_CONF)
     OCI_CONF.chmod(0o644)
     run_user = Path(f"/run/user/{alice.uid}")
     made_run_user = not run_user.exists()

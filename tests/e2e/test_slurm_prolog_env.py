@@ -1,5 +1,6 @@
 """A disk capacity under the real Slurm 22.05 (ci/start-slurm --jobns --job-container
-none; its Prolog and Epilog are ci/slurm/prolog and epilog): security issue 20, finding 2.
+none; its Prolog and Epilog are jobns/slurm/scripts/prolog and epilog): security issue
+20, finding 2.
 
 slurmd runs the Prolog with only SLURM_* variables, no PATH. jobns ran mkfs.ext4 by name,
 Python looked in /bin:/usr/bin only, the prolog failed ("run mkfs.ext4: No such file or

@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobns.launcher.model import capacity, staging
+from jobns.launcher.model import capacity
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.config import Config
 from jobns.launcher.model.directives import Directives, Symbols, parse_directives
 from jobns.launcher.model.environment import job_environment
 from jobns.launcher.model.job import LAYOUTS, Job, User
 from jobns.launcher.model.plan import Plan, build
+from jobns.launcher.staging import model as staging
 from jobns.launcher.system import jsonfast
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.validate import first_error

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobns.launcher.lifecycle.lifecycle import gather_directives
-from jobns.launcher.model import capacity, staging
+from jobns.launcher.model import capacity
 from jobns.launcher.model.config import Config
 from jobns.launcher.model.directives import Directives, comment_directives
 from jobns.launcher.model.inputs import Options, Request, kill_wait_from, net_from
@@ -29,6 +29,7 @@ from jobns.launcher.model.job import (
     user_from,
 )
 from jobns.launcher.model.plan import Plan, build
+from jobns.launcher.staging import model as staging
 from jobns.launcher.system import jsonfast
 from jobns.launcher.system.errors import JobnsError
 from tests.fuzz.conftest import FuzzBox

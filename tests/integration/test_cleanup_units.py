@@ -1,4 +1,4 @@
-"""Boot-time and periodic cleanup as shipped systemd units (jobns/hook/systemd/), and the
+"""Boot-time and periodic cleanup as shipped systemd units (jobns/systemd/), and the
 installed man page (issue 14). systemd is not PID 1 here: the units are checked with
 `systemd-analyze verify` and their ExecStart commands are run as systemd would run them,
 against a sandbox (JOBNS_CONFIG), after a simulated crash."""
@@ -20,7 +20,7 @@ from tests.conftest import ON_CI, OsUser, Sandbox, require
 pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
-UNITS = REPO / "jobns" / "hook" / "systemd"
+UNITS = REPO / "jobns" / "systemd"
 NAMES = (
     "jobns-boot.service",
     "jobns-helper.service",

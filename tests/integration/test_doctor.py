@@ -186,7 +186,7 @@ def test_a_state_dir_the_packaged_scripts_do_not_name(node: Node) -> None:
     its value and the edit; after that edit the node is ready."""
     box = node.box
     for path, name in ((node.prolog, "prolog"), (node.epilog, "epilog")):
-        path.write_text((REPO / "ci" / "slurm" / name).read_text())  # as installed
+        path.write_text((REPO / "jobns" / "slurm" / "scripts" / name).read_text())  # as installed
         path.chmod(0o755)
     code, problems, lines = node.doctor()
     assert code == 125 and len(problems) == 1, lines

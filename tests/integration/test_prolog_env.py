@@ -1,5 +1,5 @@
 """Every feature a user can ask for, with jobns run exactly as slurmd runs it: the
-project's own Prolog and Epilog (ci/slurm/prolog, epilog), and gc and recover, started
+project's own Prolog and Epilog (jobns/slurm/scripts/prolog, epilog), and gc and recover, started
 with only the variables slurmd passes (tests/slurmd.py): no PATH.
 
 Security issue 20, finding 2: without PATH, Python searches /bin:/usr/bin only, and

@@ -2,7 +2,7 @@
 and epilog wait for"), by a second ordinary user, bob, against alice's job.
 
 What would hurt: a mark that makes alice's setup set nothing up (<id>.setup taken or
-<id>.ending planted, launcher.system.state "marks"), one
+<id>.ending planted, launcher.protocol.state "marks"), one
 that makes a voluntary node's prolog return before setup is done (tasks-wait), or a
 lock held on alice's job that keeps her tasks waiting in the SPANK plugin. Each is a file
 in a directory of root's, which bob can neither create nor open.

@@ -1,4 +1,4 @@
-"""Attacks on pam_jobns (jobns/hook/pam/pam_jobns.c) through a real sshd, by ordinary users.
+"""Attacks on pam_jobns (jobns/slurm/pam/pam_jobns.c) through a real sshd, by ordinary users.
 
 The node (tests/e2e/sshnode.py) is installed from the Debian packages and enforces jobns
 through Slurm; sshd stacks pam_slurm_adopt then pam_jobns, and is as permissive as a

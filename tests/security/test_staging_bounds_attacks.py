@@ -49,8 +49,8 @@ print("made")
 """
 FILES = 3000
 DEPTH = 160
-MAX_LINES = 50  # launcher.system.transfer.MAX_LINES
-MAX_LINE = 2500  # launcher.system.transfer.MAX_LINE
+MAX_LINES = 50  # launcher.staging.transfer.MAX_LINES
+MAX_LINE = 2500  # launcher.staging.transfer.MAX_LINE
 RECORD_LIMIT = 128 * 1024
 
 

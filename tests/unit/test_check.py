@@ -117,7 +117,7 @@ def test_check_imports_no_more_than_it_needs(config: Path) -> None:
         "'jobns: shm capacity=1GiB']) == 0\n"
         "print(sorted(m for m in sys.modules if m.startswith(('pyroute2', "
         "'jobns.launcher.backing.diskimage', 'jobns.launcher.backing.kinds', "
-        "'jobns.launcher.lifecycle.stage_steps'))))\n"
+        "'jobns.launcher.staging.steps'))))\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True

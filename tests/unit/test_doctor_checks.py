@@ -10,6 +10,14 @@ from pathlib import Path
 import pytest
 
 from jobns.launcher.commands import doctor
+from jobns.launcher.commands.doctor import (
+    capacity,
+    executables,
+    host,
+    scripts,
+    slurmconf,
+    spank_plugin,
+)
 
 
 def proc(tmp_path: Path, **values: int) -> str:
@@ -25,14 +33,14 @@ def kinds(found: list[tuple[str, str]]) -> list[str]:
 
 
 def test_user_namespaces_enabled(tmp_path: Path) -> None:
-    found = doctor.kernel(
+    found = host.kernel(
         proc(tmp_path, user__max_user_namespaces=15000, kernel__unprivileged_userns_clone=1)
     )
     assert kinds(found) == ["ok", "ok"]
 
 
 def test_user_namespaces_off_is_a_problem_naming_the_sysctl(tmp_path: Path) -> None:
-    found = doctor.kernel(
+    found = host.kernel(
         proc(
             tmp_path,
             user__max_user_namespaces=0,
@@ -51,17 +59,17 @@ def test_user_namespaces_off_is_a_problem_naming_the_sysctl(tmp_path: Path) -> N
 
 
 def test_a_kernel_without_user_namespaces(tmp_path: Path) -> None:
-    assert kinds(doctor.kernel(str(tmp_path))) == ["problem"]
+    assert kinds(host.kernel(str(tmp_path))) == ["problem"]
 
 
 def test_no_loop_control(tmp_path: Path) -> None:
     """A problem where a disk backing needs loop devices (tests/unit/test_doctor_verdict.py
     has the note where nothing does)."""
     users = ['[capacity] tmp_backing = "disk"']
-    (found,) = doctor.loop_devices(str(tmp_path), users)
+    (found,) = capacity.loop_devices(str(tmp_path), users)
     assert found[0] == "problem" and "modprobe loop" in found[1]
     (tmp_path / "loop-control").write_text("")
-    assert kinds(doctor.loop_devices(str(tmp_path), users)) == ["problem"]
+    assert kinds(capacity.loop_devices(str(tmp_path), users)) == ["problem"]
 
 
 def test_slurm_conf_keys_includes_and_comments(tmp_path: Path) -> None:
@@ -71,13 +79,13 @@ def test_slurm_conf_keys_includes_and_comments(tmp_path: Path) -> None:
         "# Prolog=/not/this\nProlog=/x/prolog\ninclude extra.conf\n"
         "PlugStackConfig=/x/plugstack.conf\nNodeName=a CPUs=2\n"
     )
-    values = doctor.slurm_conf_values(str(conf))
+    values = slurmconf.slurm_conf_values(str(conf))
     assert values["prolog"] == "/x/prolog" and values["epilog"] == "/x/epilog"
     assert values["plugstackconfig"] == "/x/plugstack.conf"
 
 
 def test_no_slurm_conf_is_a_note(tmp_path: Path) -> None:
-    assert kinds(doctor.slurm(str(tmp_path / "slurm.conf"))) == ["note"]
+    assert kinds(scripts.slurm(str(tmp_path / "slurm.conf"))) == ["note"]
 
 
 def test_spank_plugin_named_but_missing(tmp_path: Path) -> None:
@@ -86,17 +94,17 @@ def test_spank_plugin_named_but_missing(tmp_path: Path) -> None:
     (tmp_path / "plugstack.conf.d" / "jobns.conf").write_text(f"required {so} arg=1\n")
     stack = tmp_path / "plugstack.conf"
     stack.write_text(f"optional /usr/lib/other.so\ninclude {tmp_path}/plugstack.conf.d/*.conf\n")
-    (found,) = doctor.spank(str(stack), enforce=True)
+    (found,) = spank_plugin.spank(str(stack), enforce=True)
     assert found[0] == "problem" and str(so) in found[1]
     so.write_bytes(b"\x7fELF")
-    (found,) = doctor.spank(str(stack), enforce=True)
+    (found,) = spank_plugin.spank(str(stack), enforce=True)
     assert found[0] == "ok"
     # The plugin without [slurm] enforce = true fails every task.
-    assert kinds(doctor.spank(str(stack), enforce=False)) == ["problem", "ok"]
+    assert kinds(spank_plugin.spank(str(stack), enforce=False)) == ["problem", "ok"]
     stack.write_text("optional /usr/lib/other.so\n")
-    assert kinds(doctor.spank(str(stack))) == ["note"]
+    assert kinds(spank_plugin.spank(str(stack))) == ["note"]
     # enforce without the plugin: no task would enter the job's (root's) namespace.
-    (found,) = doctor.spank(str(stack), enforce=True)
+    (found,) = spank_plugin.spank(str(stack), enforce=True)
     assert found[0] == "problem" and "enforce" in found[1]
 
 
@@ -123,9 +131,9 @@ def test_a_plugin_built_for_another_slurm_is_a_problem_naming_the_rebuild(
     so = built_plugin(tmp_path, 0x160508)  # 22.05.8, Debian bookworm's
     stack = tmp_path / "plugstack.conf"
     stack.write_text(f"required {so}\n")
-    (found,) = doctor.spank_build(str(stack), True, "22.05.8")
+    (found,) = spank_plugin.spank_build(str(stack), True, "22.05.8")
     assert found[0] == "ok" and "built for Slurm 22.05.8" in found[1]
-    (found,) = doctor.spank_build(str(stack), True, "26.05.5")
+    (found,) = spank_plugin.spank_build(str(stack), True, "26.05.5")
     assert found[0] == "problem", found
     for needle in (
         "built for Slurm 22.05.8",
@@ -133,25 +141,25 @@ def test_a_plugin_built_for_another_slurm_is_a_problem_naming_the_rebuild(
         f"ci/build-spank --output {so}",
     ):
         assert needle in found[1], found
-    (found,) = doctor.spank_build(str(stack), True, "")
+    (found,) = spank_plugin.spank_build(str(stack), True, "")
     assert found[0] == "note" and "22.05.8" in found[1]
     # Not a plugin at all (or stripped of its symbols): Slurm cannot load it either.
     so.write_bytes(b"\x7fELF" + bytes(60))
-    (found,) = doctor.spank_build(str(stack), True, "22.05.8")
+    (found,) = spank_plugin.spank_build(str(stack), True, "22.05.8")
     assert found[0] == "problem" and "no plugin_version" in found[1]
     stack.write_text("")
-    assert doctor.spank_build(str(stack), True, "22.05.8") == []
+    assert spank_plugin.spank_build(str(stack), True, "22.05.8") == []
 
 
 def test_an_optional_plugin_where_jobs_are_enforced_is_a_problem(tmp_path: Path) -> None:
     so = built_plugin(tmp_path, 0x1A0505)  # 26.05.5
     stack = tmp_path / "plugstack.conf"
     stack.write_text(f"optional {so}\n")
-    optional, built = doctor.spank_build(str(stack), True, "26.05.5")
+    optional, built = spank_plugin.spank_build(str(stack), True, "26.05.5")
     assert optional[0] == "problem" and "'required'" in optional[1], optional
     assert built[0] == "ok"
     # Without enforcement the plugin is not wanted at all: spank() says so, not this.
-    assert kinds(doctor.spank_build(str(stack), False, "26.05.5")) == ["ok"]
+    assert kinds(spank_plugin.spank_build(str(stack), False, "26.05.5")) == ["ok"]
 
 
 def test_enforcement_problems_for_status(tmp_path: Path) -> None:
@@ -181,7 +189,7 @@ def test_a_pid_namespace_needs_enforce(text: str, kind: str | None) -> None:
     """[namespace] pid is honoured only with [slurm] enforce; doctor says which."""
     from jobns.launcher.model.config import Config, parse
 
-    found = doctor.pid_namespace(Config(parse(text, "jobns.toml"), "jobns.toml"))
+    found = executables.pid_namespace(Config(parse(text, "jobns.toml"), "jobns.toml"))
     assert [k for k, _ in found] == ([kind] if kind else [])
     if kind == doctor.PROBLEM:
         assert "ignored" in found[0][1] and "enforce" in found[0][1]

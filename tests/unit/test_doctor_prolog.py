@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobns.launcher.commands import doctor
+from jobns.launcher.commands.doctor import capacity, executables, node, scripts
 from jobns.launcher.model.config import Config, parse
 from jobns.launcher.system import sysprog
 
@@ -59,10 +60,10 @@ def test_a_base_the_job_user_cannot_enter(where: Path, top: int, base: int, prob
     b.mkdir(parents=True)
     t.chmod(top)
     b.chmod(base)
-    found = doctor.reachable("[[dirs]] base of /x:", str(b), enforce=False)
+    found = node.reachable("[[dirs]] base of /x:", str(b), enforce=False)
     # Covered in the job's namespace (every base outside the job's mount points): only
     # the directories above it are looked up as the job user.
-    covered = doctor.reachable("[[dirs]] base of /x:", str(b), enforce=False, covered=True)
+    covered = node.reachable("[[dirs]] base of /x:", str(b), enforce=False, covered=True)
     assert (covered != []) == (top & 0o001 == 0), covered
     if not problem:
         assert found == []
@@ -71,7 +72,7 @@ def test_a_base_the_job_user_cannot_enter(where: Path, top: int, base: int, prob
         assert kind == "problem" and problem.format(base=b, top=t) in text, text
         assert "every job's prolog fails and the node drains" in text
         assert f"fix: chmod o+{'rx' if problem.startswith('may not read') else 'x'} " in text
-    assert doctor.reachable("local_base", str(b), enforce=True) == []  # root makes it
+    assert node.reachable("local_base", str(b), enforce=True) == []  # root makes it
 
 
 def test_a_base_reached_through_a_symbolic_link(where: Path) -> None:
@@ -79,17 +80,17 @@ def test_a_base_reached_through_a_symbolic_link(where: Path) -> None:
     (hidden / "base").mkdir(parents=True)
     hidden.chmod(0o700)
     (where / "link").symlink_to(hidden)
-    ((_, text),) = doctor.reachable("local_base", str(where / "link" / "base"), False)
+    ((_, text),) = node.reachable("local_base", str(where / "link" / "base"), False)
     assert f"may not search {hidden} " in text
 
 
 def test_mkfs_for_a_disk_backing(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert doctor.disk_programs(cfg("")) == []
-    found = doctor.disk_programs(cfg('[capacity]\ntmp_backing = "disk"\n'))
+    assert executables.disk_programs(cfg("")) == []
+    found = executables.disk_programs(cfg('[capacity]\ntmp_backing = "disk"\n'))
     assert kinds(found) == ["ok"] and "mkfs.ext4 is /" in found[0][1]
     monkeypatch.setattr(sysprog, "DIRS", ("/nonexistent",))
     text = '[[dirs]]\npath = "/scratch"\nbase = "/b"\nbacking = "disk"\nsize = "1GiB"\n'
-    ((kind, line),) = doctor.disk_programs(cfg(text + '[capacity]\nfs_type = "xfs"\n'))
+    ((kind, line),) = executables.disk_programs(cfg(text + '[capacity]\nfs_type = "xfs"\n'))
     assert kind == "problem" and "mkfs.xfs (for [[dirs]] /scratch)" in line
     assert "install xfsprogs" in line
 
@@ -98,13 +99,13 @@ def test_mkfs_for_a_disk_backing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_scratch_base_others_may_write(where: Path) -> None:
     base = where / "scratch"
     text = f'[capacity]\ntmp_backing = "disk"\nscratch_base = "{base}"\n'
-    assert kinds(doctor.scratch_base(cfg(text))) == ["ok"]  # made by setup
+    assert kinds(capacity.scratch_base(cfg(text))) == ["ok"]  # made by setup
     base.mkdir(mode=0o700)
-    assert kinds(doctor.scratch_base(cfg(text))) == ["ok"]
+    assert kinds(capacity.scratch_base(cfg(text))) == ["ok"]
     base.chmod(0o777)
-    ((kind, line),) = doctor.scratch_base(cfg(text))
+    ((kind, line),) = capacity.scratch_base(cfg(text))
     assert kind == "problem" and f"chmod go-w {base}" in line
-    assert doctor.scratch_base(cfg("")) == []
+    assert capacity.scratch_base(cfg("")) == []
 
 
 @needs_root
@@ -114,16 +115,16 @@ def test_the_sites_programs(where: Path) -> None:
     prog.chmod(0o755)
     text = f'[lifecycle]\npre_run = "{prog} --x"\npost_run = "/bin/true"\n'
     arc = '[arc]\nmovetool = "cp -a"\n'
-    found = doctor.programs(cfg(text + arc))
+    found = executables.programs(cfg(text + arc))
     assert kinds(found) == ["ok"] * 3, found
     assert found[2][1] in ("[arc] movetool: /usr/bin/cp", "[arc] movetool: /bin/cp")
     prog.chmod(0o757)  # anyone may rewrite what root runs
-    ((kind, line), *_) = doctor.programs(cfg(text))
+    ((kind, line), *_) = executables.programs(cfg(text))
     assert kind == "problem" and "others than root could replace" in line
     prog.unlink()
-    ((kind, line), *_) = doctor.programs(cfg(text))
+    ((kind, line), *_) = executables.programs(cfg(text))
     assert kind == "problem" and f"{prog}: no such file" in line
-    ((kind, line),) = doctor.programs(cfg('[arc]\nmovetool = "nosuchtool -a"\n'))
+    ((kind, line),) = executables.programs(cfg('[arc]\nmovetool = "nosuchtool -a"\n'))
     assert kind == "problem" and "nosuchtool: not found in /usr/sbin" in line
 
 
@@ -134,25 +135,25 @@ def test_a_prolog_that_runs_jobns_by_name(tmp_path: Path, monkeypatch: pytest.Mo
     by_path.write_text("#!/bin/sh\nexec /opt/jobns/venv/bin/jobns teardown\n")
     conf = tmp_path / "slurm.conf"
     conf.write_text(f"Prolog={by_name}\nEpilog={by_path}\n")
-    ((kind, line),) = doctor.scripts_by_name(str(conf))
+    ((kind, line),) = scripts.scripts_by_name(str(conf))
     assert kind == "problem" and f"Prolog={by_name} runs 'jobns' by name" in line
     assert "slurmd gives it no PATH" in line
     conf.write_text(f"Prolog={by_path}\nEpilog={by_path}\n")
-    assert doctor.scripts_by_name(str(conf)) == []
-    assert doctor.scripts_by_name(str(tmp_path / "none.conf")) == []
+    assert scripts.scripts_by_name(str(conf)) == []
+    assert scripts.scripts_by_name(str(tmp_path / "none.conf")) == []
 
 
 def test_slurms_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf = tmp_path / "slurm.conf"
-    assert doctor.slurm_commands(cfg(""), str(conf)) == []  # not a Slurm node, no option
+    assert executables.slurm_commands(cfg(""), str(conf)) == []  # not a Slurm node, no option
     conf.write_text("ClusterName=x\n")
     text = '[capacity]\ntmp_from_slurm = "scontrol"\n'
     monkeypatch.setattr(sysprog, "DIRS", ("/nonexistent",))
-    found = doctor.slurm_commands(cfg(text), str(conf))
+    found = executables.slurm_commands(cfg(text), str(conf))
     assert kinds(found) == ["problem"], found  # tmp_from_slurm asks squeue (gc does too)
     assert "squeue: not found in /nonexistent" in found[0][1]
     assert "set [slurm] bin_dir" in found[0][1] and "tmp_from_slurm" in found[0][1]
-    found = doctor.slurm_commands(cfg(""), str(conf))
+    found = executables.slurm_commands(cfg(""), str(conf))
     assert kinds(found) == ["note"] and "jobns gc needs squeue" in found[0][1], found
 
 
@@ -160,15 +161,15 @@ def test_a_node_is_told_whether_its_prolog_returns_at_once(tmp_path: Path) -> No
     """tasks-wait (made by slurmd loading the plugin) decides what the packaged prolog
     does, the helper's pid file whether a Python is waiting for the work; doctor says
     which, how to get the fast one, and that a marker without the plugin is a problem."""
-    marker, helper = doctor.prolog_waits(str(tmp_path), plugin_loaded=True)
+    marker, helper = scripts.prolog_waits(str(tmp_path), plugin_loaded=True)
     assert marker[0] == doctor.NOTE and "restart slurmd" in marker[1], marker
     assert helper[0] == doctor.NOTE and "jobns-helper.service" in helper[1], helper
-    assert len(doctor.prolog_waits(str(tmp_path), plugin_loaded=False)) == 1  # voluntary
+    assert len(scripts.prolog_waits(str(tmp_path), plugin_loaded=False)) == 1  # voluntary
     (tmp_path / "tasks-wait").touch()
-    [stale, _] = doctor.prolog_waits(str(tmp_path), plugin_loaded=False)
+    [stale, _] = scripts.prolog_waits(str(tmp_path), plugin_loaded=False)
     assert stale[0] == doctor.PROBLEM and f"rm {tmp_path}/tasks-wait" in stale[1], stale
     (tmp_path / "helper").mkdir()
     (tmp_path / "helper" / "pid").write_text(f"{os.getpid()}\n")
-    marker, helper = doctor.prolog_waits(str(tmp_path), plugin_loaded=True)
+    marker, helper = scripts.prolog_waits(str(tmp_path), plugin_loaded=True)
     assert marker[0] == doctor.OK and "returns at once" in marker[1], marker
     assert helper[0] == doctor.OK and str(os.getpid()) in helper[1], helper

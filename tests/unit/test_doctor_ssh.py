@@ -10,6 +10,13 @@ from pathlib import Path
 import pytest
 
 from jobns.launcher.commands import doctor
+from jobns.launcher.commands.doctor import (
+    namespace_plugins,
+    scripts,
+    slurm_versions,
+    spank_plugin,
+    ssh,
+)
 
 DEBIAN_SSHD = """\
 @include common-auth
@@ -44,7 +51,7 @@ CONTAIN = {"prologflags": "Alloc,Contain"}
 
 
 def test_pam_stack_follows_includes_controls_and_optional_modules(tmp_path: Path) -> None:
-    stack = doctor.pam_stack(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION))
+    stack = ssh.pam_stack(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION))
     assert ("account", "pam_unix.so") in stack  # from common-account
     assert ("session", "pam_selinux.so") in stack  # [..] control spanning words
     assert stack[-1] == ("session", "pam_jobns.so")  # "-session" counts
@@ -54,7 +61,7 @@ def test_pam_jobns_after_pam_slurm_adopt_with_contain_is_ok(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("glob.glob", lambda _p: ["/usr/lib/x/security/pam_jobns.so"])
-    found = doctor.sshd_pam(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION), CONTAIN)
+    found = ssh.sshd_pam(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION), CONTAIN)
     assert kinds(found) == ["ok"], found
 
 
@@ -71,7 +78,7 @@ def test_pam_jobns_missing_or_misplaced_is_a_problem_naming_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, account: str, session: str
 ) -> None:
     monkeypatch.setattr("glob.glob", lambda _p: ["/usr/lib/x/security/pam_jobns.so"])
-    found = doctor.sshd_pam(pam(tmp_path, account, session), CONTAIN)
+    found = ssh.sshd_pam(pam(tmp_path, account, session), CONTAIN)
     assert kinds(found) == ["problem"], found
     assert "'account required pam_jobns.so' right after pam_slurm_adopt" in found[0][1]
 
@@ -80,15 +87,15 @@ def test_no_contain_or_no_module_file_are_problems(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("glob.glob", lambda _p: [])
-    found = doctor.sshd_pam(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION), {})
+    found = ssh.sshd_pam(pam(tmp_path, f"{ADOPT}\n{JOIN_ACCOUNT}", JOIN_SESSION), {})
     assert kinds(found) == ["ok", "problem", "problem"], found
     assert "apt-get install jobns-slurm" in found[1][1]
     assert "PrologFlags=Contain" in found[2][1]
 
 
 def test_no_pam_slurm_adopt_or_no_sshd_is_a_note(tmp_path: Path) -> None:
-    assert kinds(doctor.sshd_pam(pam(tmp_path, "", ""), CONTAIN)) == ["note"]
-    assert kinds(doctor.sshd_pam(str(tmp_path / "none"), CONTAIN)) == ["note"]
+    assert kinds(ssh.sshd_pam(pam(tmp_path, "", ""), CONTAIN)) == ["note"]
+    assert kinds(ssh.sshd_pam(str(tmp_path / "none"), CONTAIN)) == ["note"]
 
 
 @pytest.mark.parametrize(
@@ -100,14 +107,14 @@ def test_no_pam_slurm_adopt_or_no_sshd_is_a_note(tmp_path: Path) -> None:
     ],
 )
 def test_a_slurm_namespace_plugin_beside_enforcement_is_a_problem(values: dict[str, str]) -> None:
-    found = doctor.slurm_namespace_plugins(values, "22.05.8")
+    found = namespace_plugins.slurm_namespace_plugins(values, "22.05.8")
     assert kinds(found) == ["problem", "note"], found
     assert "/jobns (jobns's own plugin of that type) instead" in found[0][1]
 
 
 def test_no_slurm_namespace_plugin_is_a_note_naming_jobns_own() -> None:
     for values in ({}, {"jobcontainertype": "job_container/none"}):
-        found = doctor.slurm_namespace_plugins(values, "22.05.8")
+        found = namespace_plugins.slurm_namespace_plugins(values, "22.05.8")
         assert kinds(found) == ["note"], found
         assert "JobContainerType=job_container/jobns" in found[0][1]
 
@@ -129,7 +136,7 @@ def plugin_dir(tmp_path: Path, name: str, built: str) -> Path:
 
 def test_jobns_container_plugin_built_for_this_slurm_is_ok(tmp_path: Path) -> None:
     d = plugin_dir(tmp_path, "job_container_jobns.so", "yes")
-    built = doctor._plugin_version(str(d / "job_container_jobns.so"))
+    built = slurm_versions._plugin_version(str(d / "job_container_jobns.so"))
     assert built
     (tmp_path / "mpi.conf").write_text("PMIxCliTmpDirBase=/var/spool/slurmd/pmix\n")
     values = {
@@ -137,10 +144,10 @@ def test_jobns_container_plugin_built_for_this_slurm_is_ok(tmp_path: Path) -> No
         "plugindir": str(d),
         "prologflags": "Alloc",
     }
-    found = doctor.slurm_namespace_plugins(values, built, str(tmp_path))
+    found = namespace_plugins.slurm_namespace_plugins(values, built, str(tmp_path))
     assert kinds(found) == ["ok"], found
     del values["prologflags"]
-    found = doctor.slurm_namespace_plugins(values, built, str(tmp_path))
+    found = namespace_plugins.slurm_namespace_plugins(values, built, str(tmp_path))
     assert kinds(found) == ["note"] and "PrologFlags=Alloc" in found[0][1], found
 
 
@@ -154,16 +161,16 @@ def test_jobns_container_plugin_of_another_slurm_missing_or_without_contain(
         "prologflags": "Alloc",
     }
     (tmp_path / "mpi.conf").write_text("PMIxCliTmpDirBase=/var/spool/slurmd/pmix\n")
-    found = doctor.slurm_namespace_plugins(values, "24.11.5", str(tmp_path))
+    found = namespace_plugins.slurm_namespace_plugins(values, "24.11.5", str(tmp_path))
     assert kinds(found) == ["problem"] and "loads only into the exact release" in found[0][1]
     values = {"namespacetype": "namespace/jobns", "plugindir": str(d)}
-    found = doctor.slurm_namespace_plugins(values, "26.05.5", str(tmp_path))
+    found = namespace_plugins.slurm_namespace_plugins(values, "26.05.5", str(tmp_path))
     assert kinds(found) == ["problem"] and "namespace_jobns.so is in no PluginDir" in found[0][1]
 
 
 def test_no_step_daemon_in_the_job_names_pmix_x11_and_the_spool_dir(tmp_path: Path) -> None:
     d = plugin_dir(tmp_path, "job_container_jobns.so", "yes")
-    built = doctor._plugin_version(str(d / "job_container_jobns.so"))
+    built = slurm_versions._plugin_version(str(d / "job_container_jobns.so"))
     assert built
     values = {
         "jobcontainertype": "job_container/jobns",
@@ -171,7 +178,7 @@ def test_no_step_daemon_in_the_job_names_pmix_x11_and_the_spool_dir(tmp_path: Pa
         "prologflags": "Contain,X11",
         "slurmdspooldir": "/tmp/slurmd",
     }
-    found = doctor.slurm_namespace_plugins(values, built, str(tmp_path))
+    found = namespace_plugins.slurm_namespace_plugins(values, built, str(tmp_path))
     texts = " ".join(t for _, t in found)
     assert kinds(found) == ["problem", "note", "note"], found
     assert "SlurmdSpoolDir=/tmp/slurmd" in texts and "PMIxCliTmpDirBase=" in texts
@@ -196,8 +203,8 @@ def test_check_runs_the_ssh_checks_only_when_enforced(tmp_path: Path) -> None:
 
 def test_hints_name_this_installations_jobns_and_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
-    assert doctor.installed_jobns() == "/usr/bin/jobns"
-    assert doctor.installed_spank_plugin().endswith("/slurm-wlm/jobns_spank.so")
+    assert scripts.installed_jobns() == "/usr/bin/jobns"
+    assert spank_plugin.installed_spank_plugin().endswith("/slurm-wlm/jobns_spank.so")
     monkeypatch.setattr(sys, "executable", "/opt/jobns/venv/bin/python")
-    assert doctor.installed_jobns() == "/opt/jobns/venv/bin/jobns"
-    assert doctor.installed_spank_plugin() == "/opt/jobns/lib/jobns_spank.so"
+    assert scripts.installed_jobns() == "/opt/jobns/venv/bin/jobns"
+    assert spank_plugin.installed_spank_plugin() == "/opt/jobns/lib/jobns_spank.so"

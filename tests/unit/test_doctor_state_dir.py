@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobns.launcher.commands import doctor
+from jobns.launcher.commands.doctor import scripts
 from jobns.launcher.model.config import Config, parse
 from tests.conftest import REPO
 
@@ -44,7 +45,7 @@ class Node:
             path.chmod(0o755)
 
     def check(self, state_dir: str) -> list[Finding]:
-        return doctor.state_dir_names(self.config(state_dir), str(self.slurm_conf))
+        return scripts.state_dir_names(self.config(state_dir), str(self.slurm_conf))
 
 
 @pytest.fixture
@@ -185,9 +186,9 @@ def test_a_script_others_may_write_is_not_read(node: Node) -> None:
 
 
 def test_the_shipped_scripts_are_recognised() -> None:
-    """ci/slurm/prolog and epilog (installed as /etc/jobns/slurm/...) carry the line."""
+    """jobns/slurm/scripts/prolog and epilog (installed as /etc/jobns/slurm/...) carry the line."""
     for name in ("prolog", "epilog"):
-        text = (REPO / "ci" / "slurm" / name).read_text()
-        assert doctor.script_state_dir(text) == "/run/jobns", name
-    assert doctor.script_state_dir("STATE_DIR='/a/b'  # quoted\n") == "/a/b"
-    assert doctor.script_state_dir("    STATE_DIR=/x  # in a function\n") is None
+        text = (REPO / "jobns" / "slurm" / "scripts" / name).read_text()
+        assert scripts.script_state_dir(text) == "/run/jobns", name
+    assert scripts.script_state_dir("STATE_DIR='/a/b'  # quoted\n") == "/a/b"
+    assert scripts.script_state_dir("    STATE_DIR=/x  # in a function\n") is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobns.launcher.commands import doctor
+from jobns.launcher.commands.doctor import capacity, host, node, spank_plugin
 from jobns.launcher.model.config import Config, parse
 from jobns.launcher.system.errors import JobnsError
 
@@ -26,17 +27,17 @@ DISK = '[capacity]\ntmp_backing = "disk"\n'
 
 
 def test_no_loop_devices_is_a_note_when_nothing_uses_them(tmp_path: Path) -> None:
-    assert doctor.disk_users(cfg()) == []
-    (found,) = doctor.loop_devices(str(tmp_path), doctor.disk_users(cfg()), "")
+    assert capacity.disk_users(cfg()) == []
+    (found,) = capacity.loop_devices(str(tmp_path), capacity.disk_users(cfg()), "")
     assert found[0] == "note", found
     assert "nothing configured here needs loop devices" in found[1]
     assert "modprobe loop" in found[1]  # what to do before configuring a disk backing
 
 
 def test_no_loop_devices_is_a_problem_for_a_disk_backing(tmp_path: Path) -> None:
-    users = doctor.disk_users(cfg(DISK))
+    users = capacity.disk_users(cfg(DISK))
     assert users == ['[capacity] tmp_backing = "disk"']
-    (found,) = doctor.loop_devices(str(tmp_path), users, "")
+    (found,) = capacity.loop_devices(str(tmp_path), users, "")
     assert found[0] == "problem" and "tmp_backing" in found[1] and "fix: modprobe loop" in found[1]
 
 
@@ -45,42 +46,42 @@ def test_a_dirs_disk_backing_needs_loop_devices_too(tmp_path: Path) -> None:
         '[[dirs]]\npath = "/scratch/local"\nbase = "/var/lib/jobns/local"\n'
         'backing = "disk"\nsize = "1GiB"\n'
     )
-    assert doctor.disk_users(config) == ["[[dirs]] /scratch/local"]
+    assert capacity.disk_users(config) == ["[[dirs]] /scratch/local"]
 
 
 def test_in_a_container_the_fix_is_the_hosts_not_modprobe(tmp_path: Path) -> None:
-    (found,) = doctor.loop_devices(str(tmp_path), ["x"], "/.dockerenv exists")
+    (found,) = capacity.loop_devices(str(tmp_path), ["x"], "/.dockerenv exists")
     assert found[0] == "problem"
     fix = found[1].split("fix: ", 1)[1]
     assert fix.startswith("this node is a container (/.dockerenv exists)")
     assert "on the host" in fix and "--device /dev/loop-control" in fix
-    (note,) = doctor.loop_devices(str(tmp_path), [], "/.dockerenv exists")
+    (note,) = capacity.loop_devices(str(tmp_path), [], "/.dockerenv exists")
     assert note[0] == "note" and "this node is a container" in note[1]
 
 
 def test_loop_control_present_is_ok(tmp_path: Path) -> None:
-    assert doctor.loop_devices("/dev", [], "") == [doctor.loop_devices("/dev", ["x"], "")[0]]
+    assert capacity.loop_devices("/dev", [], "") == [capacity.loop_devices("/dev", ["x"], "")[0]]
 
 
 def test_container_detection(tmp_path: Path) -> None:
-    assert doctor.in_container(str(tmp_path)) == ""
+    assert host.in_container(str(tmp_path)) == ""
     (tmp_path / "proc" / "1").mkdir(parents=True)
     (tmp_path / "proc" / "1" / "cgroup").write_text("0::/\n")
-    assert doctor.in_container(str(tmp_path)) == ""
+    assert host.in_container(str(tmp_path)) == ""
     (tmp_path / "proc" / "1" / "cgroup").write_text("12:pids:/docker/0123abcd\n")
-    assert doctor.in_container(str(tmp_path)) == "/proc/1/cgroup names docker"
+    assert host.in_container(str(tmp_path)) == "/proc/1/cgroup names docker"
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".containerenv").write_text("")
-    assert doctor.in_container(str(tmp_path)) == "/run/.containerenv exists"
+    assert host.in_container(str(tmp_path)) == "/run/.containerenv exists"
     (tmp_path / ".dockerenv").write_text("")
-    assert doctor.in_container(str(tmp_path)) == "/.dockerenv exists"
+    assert host.in_container(str(tmp_path)) == "/.dockerenv exists"
 
 
 # -- bases: a world-writable one works, but is not what docs/config.md recommends
 
 
 def test_a_world_writable_local_base_is_a_note_naming_the_root_owned_one() -> None:
-    found = doctor.base("local_base", "/tmp")  # root's, 1777 on every Debian
+    found = node.base("local_base", "/tmp")  # root's, 1777 on every Debian
     assert [k for k, _ in found] == ["note"], found
     text = found[0][1]
     assert "world-writable" in text and "docs/config.md" in text
@@ -88,7 +89,7 @@ def test_a_world_writable_local_base_is_a_note_naming_the_root_owned_one() -> No
 
 
 def test_a_root_owned_base_is_ok() -> None:
-    assert [k for k, _ in doctor.base("local_base", "/usr")] == ["ok"]
+    assert [k for k, _ in node.base("local_base", "/usr")] == ["ok"]
 
 
 # -- the plugin: the package's way to enable it
@@ -101,23 +102,23 @@ def test_enable_hint_uncomments_the_packaged_line(tmp_path: Path) -> None:
     packaged.write_text("# the recipe\n#required /usr/lib/x/slurm-wlm/jobns_spank.so\n")
     stack = tmp_path / "plugstack.conf"
     stack.write_text(f"include {d}/*.conf\n")
-    hint = doctor.enable_plugin_hint(str(stack), str(packaged))
+    hint = spank_plugin.enable_plugin_hint(str(stack), str(packaged))
     assert hint == f"uncomment the 'required' line in {packaged} (package jobns-slurm)"
     stack.write_text("")  # a site's own plugstack.conf that does not include the directory
-    hint = doctor.enable_plugin_hint(str(stack), str(packaged))
+    hint = spank_plugin.enable_plugin_hint(str(stack), str(packaged))
     assert hint.endswith(f"and add 'include {d}/*.conf' to {stack}")
     packaged.write_text("required /usr/lib/x/slurm-wlm/jobns_spank.so\n")
-    assert doctor.enable_plugin_hint(str(stack), str(packaged)) == (
+    assert spank_plugin.enable_plugin_hint(str(stack), str(packaged)) == (
         f"add 'include {d}/*.conf' to {stack}"
     )
     packaged.unlink()  # a development install: the from-source line
-    assert doctor.enable_plugin_hint(str(stack), str(packaged)).startswith("add 'required ")
+    assert spank_plugin.enable_plugin_hint(str(stack), str(packaged)).startswith("add 'required ")
 
 
 def test_a_missing_plugin_on_an_enforced_node_says_how_to_enable_it(tmp_path: Path) -> None:
     stack = tmp_path / "plugstack.conf"
     stack.write_text("")
-    (found,) = doctor.spank(str(stack), enforce=True)
+    (found,) = spank_plugin.spank(str(stack), enforce=True)
     assert found[0] == "problem"
     assert "fix: " in found[1] and "then restart slurmd" in found[1], found
 

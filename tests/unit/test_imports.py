@@ -22,7 +22,9 @@ PACKAGES = ("launcher", "hook", "schemas")
 FLOORS = (
     "schemas",
     "launcher.system",
+    "launcher.protocol",
     "launcher.model",
+    "launcher.staging",
     "launcher.backing",
     "launcher.mountns",
     "launcher.lifecycle",

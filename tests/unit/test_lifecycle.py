@@ -18,9 +18,9 @@ from jobns.launcher.model.config import Config, parse
 from jobns.launcher.model.directives import DirectiveError, parse_script
 from jobns.launcher.model.plan import Tree
 from jobns.launcher.model.record import Pins, Record, TreeRecord, host_dirs
-from jobns.launcher.system import state
+from jobns.launcher.protocol import state
+from jobns.launcher.staging.transfer import PART, Transfer, part_name
 from jobns.launcher.system.errors import JobnsError
-from jobns.launcher.system.transfer import PART, Transfer, part_name
 
 MI = 1024**2
 

@@ -33,7 +33,8 @@ def test_the_task_path_never_loads_the_logger() -> None:
     code = (
         "import sys; "
         "from jobns.launcher.commands import cli, run; "
-        "from jobns.launcher.system import supervise, state; "
+        "from jobns.launcher.system import supervise; "
+        "from jobns.launcher.protocol import state; "
         "from jobns.launcher.mountns import namespace; "
         "from jobns.launcher.backing import fs; "
         "print(' '.join(sorted(sys.modules)))"

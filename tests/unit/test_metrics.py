@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jobns.launcher.lifecycle.metrics import render
-from jobns.launcher.system.state import STATES
+from jobns.launcher.protocol.state import STATES
 from tests.metrics_format import parse
 
 JOBS: list[dict[str, object]] = [

@@ -1,4 +1,4 @@
-"""Staging plans (launcher.model.staging) and the [arc]/[staging]/[lifecycle] config (no root)."""
+"""Staging plans (launcher.staging.model) and the [arc]/[staging]/[lifecycle] config (no root)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from jobns.launcher.model.directives import DirectiveError, Directives, Symbols,
 from jobns.launcher.model.job import Job, User
 from jobns.launcher.model.plan import Plan
 from jobns.launcher.model.plan import build as build_plan
-from jobns.launcher.model.staging import Staging, build, job_to_host, session_dir_from
+from jobns.launcher.staging.model import Staging, build, job_to_host, session_dir_from
 from jobns.launcher.system.errors import JobnsError
 
 ALICE = User("alice", 1000, 1000, (1000,), "/home/alice")
@@ -294,7 +294,7 @@ MOUNTS = {1: "/", 2: "/data", 3: "/data/alice/nfs", 4: "/tmp/job-7/mnt", 5: "/da
 def test_stage_confined_allows_only_mounts_the_path_passes_through(
     path: str, mount: int, foreign: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobns.launcher.system import transfer
+    from jobns.launcher.staging import transfer
 
     monkeypatch.setattr(transfer, "mount_id", lambda fd: mount)
     assert transfer.stage_confined(0, path, lambda: MOUNTS) == foreign
@@ -303,7 +303,7 @@ def test_stage_confined_allows_only_mounts_the_path_passes_through(
 def test_mount_table_reads_this_process_mounts_and_fd_mount_ids() -> None:
     import os
 
-    from jobns.launcher.system import transfer
+    from jobns.launcher.staging import transfer
 
     table = transfer.mount_table()
     fd = os.open("/", os.O_PATH)
@@ -320,7 +320,7 @@ def test_a_magic_link_is_never_followed(tmp_path: object) -> None:
     import os
     from pathlib import Path
 
-    from jobns.launcher.system import transfer
+    from jobns.launcher.staging import transfer
 
     assert isinstance(tmp_path, Path)
     (tmp_path / "f").write_text("x")
@@ -336,7 +336,7 @@ def test_a_magic_link_is_never_followed(tmp_path: object) -> None:
 
 
 def test_fork_report_messages_are_parsed_like_fork_does() -> None:
-    from jobns.launcher.system import transfer
+    from jobns.launcher.staging import transfer
 
     assert transfer._failure(b"") is None
     assert transfer._failure(b"125 U the reason") == "the reason"

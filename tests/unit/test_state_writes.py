@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jobns.launcher.system import libc, state
+from jobns.launcher.protocol import state
+from jobns.launcher.system import libc
 
 
 def on_tmpfs(path: Path) -> bool:

@@ -3,6 +3,6 @@ its own (what a tree without a capacity is). fs makes and removes it like every 
 
 from __future__ import annotations
 
-from jobns.launcher.backing.kinds import Backing
+from jobns.launcher.backing.base import Backing
 
 BACKING = Backing()

@@ -7,7 +7,7 @@ with no record, and a loop device a process still holds is reported as stale."""
 from __future__ import annotations
 
 from jobns.launcher.backing import diskimage
-from jobns.launcher.backing.kinds import Backing, Making, place
+from jobns.launcher.backing.base import Backing, Making, place
 from jobns.launcher.model.capacity import human
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name

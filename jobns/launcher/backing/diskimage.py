@@ -60,7 +60,8 @@ import subprocess
 
 from jobns.launcher.backing import fs
 from jobns.launcher.model.plan import TOP_MODE
-from jobns.launcher.system import libc, loop, mountinfo, state, sysprog
+from jobns.launcher.protocol import state
+from jobns.launcher.system import libc, loop, mountinfo, sysprog
 from jobns.launcher.system.errors import JobnsError, UserError
 from jobns.launcher.system.mountinfo import Identity
 

@@ -10,108 +10,67 @@ config again and never a guess from other fields.
     disk       a loop-mounted image file of its own, in the base (diskimage)
 
 A new backing (an XFS project quota, an LVM volume) is one module here, named as the
-backing, whose BACKING is a Backing, plus its name in the schemas' "backing" enums
-(config.schema.json's [[dirs]] backing, job-state.schema.json's tree backing).
+backing, whose BACKING is a Backing (launcher/backing/base.py), a line for it in LOADERS
+below, and its name in the schemas' "backing" enums (config.schema.json's [[dirs]]
+backing, job-state.schema.json's tree backing).
 """
 
 from __future__ import annotations
-
-from importlib import import_module
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from jobns.launcher.backing.fs import TreeHandle
+    from jobns.launcher.backing.base import Backing
     from jobns.launcher.model.capacity import Capacities
     from jobns.launcher.model.config import Config
-    from jobns.launcher.model.plan import Plan, Tree
-    from jobns.launcher.model.record import TreeRecord
-    from jobns.launcher.system.mountinfo import Identity, Mount
-
-DEFAULT = "directory"
-
-
-class Making:
-    """What a backing needs to make one tree's file system: the tree (its root held by
-    handle, verified), its record (rec: size, and where the backing notes what it made
-    before it makes it), the owner of its file system, and save(), which writes the job
-    record (what a crash must find is saved before it exists)."""
-
-    __slots__ = ("config", "gid", "handle", "job_id", "rec", "save", "uid")
-
-    def __init__(
-        self,
-        config: Config,
-        rec: TreeRecord,
-        handle: TreeHandle,
-        job_id: str,
-        owner: tuple[int, int],
-        save: Callable[[], None],
-    ) -> None:
-        self.config = config
-        self.rec = rec
-        self.handle = handle
-        self.job_id = job_id
-        self.uid, self.gid = owner
-        self.save = save
-
-
-class Backing:
-    """One backing. The base class is the plain directory: nothing to mount or release."""
-
-    name = DEFAULT
-    sized = False  # does the backing enforce a size (the tree's capacity)?
-
-    def make(self, making: Making) -> Identity | None:
-        """Put the backing's file system on the tree root; its mount's identity, or None
-        when there is no mount."""
-        return None
-
-    def release(self, t: TreeRecord, ours: Callable[[Mount], bool]) -> list[str]:
-        """Empty and detach the backing's mounts on a sealed tree's root (ours says which
-        mounts are jobns's); problems, as lines."""
-        return []
-
-    def sweep(self, config: Config, keep_jobs: Callable[[], set[str]], dry: bool) -> list[str]:
-        """gc: reclaim what this backing keeps outside the trees for jobs with no record."""
-        return []
-
-    def stale(self, config: Config) -> list[dict[str, object]]:
-        """What of this backing outlives its job (a held reference), for gc and status."""
-        return []
-
-    def describe(self, config: Config, tree: Tree, size: int) -> list[str]:
-        """The dry run's lines on what this backing would put on the tree (of size bytes)."""
-        return []
-
-    def stale_line(self, entry: dict[str, object]) -> str:
-        """One line on a stale() entry: what it is, why it is there, how to end it."""
-        return f"{self.name}: {entry}"
+    from jobns.launcher.model.plan import Plan
 
 
 def of(name: str) -> Backing:
     """The backing named so in a record or the config."""
-    if name not in names():
+    load = LOADERS.get(name)
+    if load is None:
         raise ValueError(f"no such backing {name!r}: expected one of {', '.join(names())}")
-    return _load(name)
+    return load()
 
 
-def _load(name: str) -> Backing:
-    backing: Backing = import_module(f"jobns.launcher.backing.{name}").BACKING
-    return backing
+# A backing's module is imported only when that backing is asked for, never with this
+# one: a job whose trees are plain directories loads neither tmpfs's nor disk's code.
+def _directory() -> Backing:
+    from jobns.launcher.backing import directory
+
+    return directory.BACKING
+
+
+def _tmpfs() -> Backing:
+    from jobns.launcher.backing import tmpfs
+
+    return tmpfs.BACKING
+
+
+def _disk() -> Backing:
+    from jobns.launcher.backing import disk
+
+    return disk.BACKING
+
+
+# Every backing, by the name its records and the config give it, in the order of the
+# schemas' "backing" enums (tests/unit/test_backing.py checks that they agree).
+LOADERS: dict[str, Callable[[], Backing]] = {
+    "directory": _directory,
+    "tmpfs": _tmpfs,
+    "disk": _disk,
+}
 
 
 def names() -> tuple[str, ...]:
-    """Every backing, as the job record's schema lists them."""
-    from jobns.schemas.generated import SCHEMAS
-
-    tree = SCHEMAS["job-state.schema.json"]["$defs"]["tree"]  # type: ignore[index]
-    return tuple(tree["properties"]["backing"]["enum"])
+    """Every backing, as the schemas' enums list them."""
+    return tuple(LOADERS)
 
 
 def every() -> list[Backing]:
-    return [_load(name) for name in names()]
+    return [load() for load in LOADERS.values()]
 
 
 def held(config: Config) -> list[dict[str, object]]:
@@ -134,14 +93,3 @@ def describe(config: Config, plan: Plan, caps: Capacities | None) -> list[str]:
         if size is not None:
             out += of(choose_backing(config, tree, size)).describe(config, tree, size)
     return out
-
-
-def place(tree: Tree) -> str:
-    """Where a backing's file system goes, in words: an extra directory's tree, or the
-    tree of the job's /tmp or /dev/shm."""
-    if tree.extra is not None:
-        return tree.path
-    from jobns.launcher.model.capacity import WHERE
-
-    role = "tmp" if tree.role == "local" else tree.role
-    return f"the {role} tree ({WHERE.get(role, tree.path)})"

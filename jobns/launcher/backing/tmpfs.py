@@ -4,7 +4,7 @@ sizelimit), gone with its mount: nothing of it outlives the job on disk."""
 from __future__ import annotations
 
 from jobns.launcher.backing import sizelimit
-from jobns.launcher.backing.kinds import Backing, Making, place
+from jobns.launcher.backing.base import Backing, Making, place
 from jobns.launcher.model.capacity import human
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name

@@ -55,12 +55,15 @@ LAUNCH = (
     "model.inputs",
     "system.fork",
     "system.supervise",
+    "system.user",
     "mountns",
     "mountns.namespace",
     "commands.cli",
     "commands.run",
     "model.enforced",
-    "system.state",
+    "system.files",
+    "protocol",
+    "protocol.state",
     "model.environment",
 )
 

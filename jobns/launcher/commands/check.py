@@ -115,7 +115,7 @@ def _plan(req: Request, environ: dict[str, str], config: config_mod.Config) -> s
     caps = capacity.plan(config, directives, job.layout, {})
     stage_in = stage_out = 0
     if directives is not None and (directives.stage_in or directives.stage_out):
-        from jobns.launcher.model import staging
+        from jobns.launcher.staging import model as staging
 
         stg, _notes = staging.build(
             config, job, plan, directives, None, staging.symbols_for(job, environ)

@@ -36,7 +36,8 @@ from jobns.launcher.model.job import safe_component
 from jobns.launcher.model.plan import Tree
 from jobns.launcher.model.record import Record
 from jobns.launcher.mountns.dirs import is_cover
-from jobns.launcher.system import state, sysprog
+from jobns.launcher.protocol import state
+from jobns.launcher.system import sysprog
 from jobns.launcher.system.errors import JobnsError, UserError
 from jobns.launcher.system.removal import take_detached
 

@@ -3,7 +3,7 @@ teardown from an interpreter already started (docs/admin.md "The resident helper
 
 A `jobns setup` costs ~40 ms in a node, of which the interpreter's start and jobns's
 imports are ~25 ms; the helper pays them once. The packaged prolog and epilog
-(ci/slurm/) hand it a job when it runs, and fall back to starting jobns themselves
+(jobns/slurm/scripts/) hand it a job when it runs, and fall back to starting jobns themselves
 when it does not:
 
   <state_dir>/helper/          root's, 0700
@@ -37,10 +37,10 @@ import signal
 import stat
 import sys
 
-from jobns.launcher.lifecycle.lifecycle import require_root, warn
+from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import Options
-from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.errors import JobnsError, warn
 
 HELPER = "helper"
 REQUESTS = "requests"
@@ -60,12 +60,12 @@ WARM = (
     "jobns.launcher.lifecycle.lifecycle",
     "jobns.launcher.lifecycle.release",
     "jobns.launcher.lifecycle.unattended",
-    "jobns.launcher.lifecycle.programs",
-    "jobns.launcher.lifecycle.stage_steps",
+    "jobns.launcher.staging.programs",
+    "jobns.launcher.staging.steps",
     "jobns.launcher.model.capacity",
     "jobns.launcher.model.directives",
     "jobns.launcher.model.jobsize",
-    "jobns.launcher.model.staging",
+    "jobns.launcher.staging.model",
     "jobns.launcher.mountns.binds",
     "jobns.launcher.mountns.namespace",
     "jobns.launcher.mountns.pins",
@@ -157,7 +157,7 @@ def main(opts: Options, _command: list[str]) -> int:
 def _prepare(state_dir: str, top: str) -> int:
     """The helper's directories, FIFO and pid file; the doorbell's fd (read and write:
     it never sees an end of file, and a script's write never blocks)."""
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
 
     state.ensure_state_dir(state_dir)
     for path in (top, f"{top}/{REQUESTS}"):

@@ -12,7 +12,7 @@ from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.inputs import Options
 from jobns.launcher.model.job import safe_component
-from jobns.launcher.system import state
+from jobns.launcher.protocol import state
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.log import log
 

@@ -15,7 +15,7 @@ from jobns.launcher.model.environment import job_environment
 from jobns.launcher.model.inputs import Options, Request, config_from_run_env, job_from
 from jobns.launcher.model.job import Job, hostname, job_id_from, lookup_user
 from jobns.launcher.model.plan import Tree
-from jobns.launcher.system import state
+from jobns.launcher.protocol import state
 from jobns.launcher.system.errors import JobnsError
 
 

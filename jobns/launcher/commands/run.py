@@ -15,10 +15,11 @@ from jobns.launcher.model.inputs import (
     kill_wait_from,
     net_from,
 )
-from jobns.launcher.model.job import Job, made_up_job_id, switch_user
+from jobns.launcher.model.job import Job, made_up_job_id
 from jobns.launcher.mountns import namespace
-from jobns.launcher.system.errors import JobnsError
-from jobns.launcher.system.supervise import Supervisor, arm_child_death_signal, warn
+from jobns.launcher.system.errors import JobnsError, warn
+from jobns.launcher.system.supervise import Supervisor, arm_child_death_signal
+from jobns.launcher.system.user import switch_user
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -33,8 +34,9 @@ def enter_workdir(cwd: str) -> None:
         os.chdir(cwd)
     except OSError:
         warn(
-            f"working directory {cwd} does not exist inside the job (its /tmp, /var/tmp "
-            "and /dev/shm are private); starting in /tmp"
+            f"warning: working directory {cwd} does not exist inside the job (its /tmp, "
+            "/var/tmp and /dev/shm are private); starting in /tmp",
+            log=None,
         )
         os.chdir("/tmp")
 
@@ -72,7 +74,7 @@ def main(opts: Options, command: list[str]) -> int:
             )
             return 0
         return run_inside(job, command, environ, kill_wait, net_none)
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
 
     joined = state.read_run_env(config.state_dir, job.job_id)
     if joined is not None:
@@ -80,7 +82,11 @@ def main(opts: Options, command: list[str]) -> int:
             print(f"# job {job.job_id} is set up on this node: join {joined['mnt_pin']}")
             return 0
         if req.shared is not None or req.no_rm_tmpdir:
-            warn(f"job {job.job_id} is already set up: the options given to jobns setup apply")
+            warn(
+                f"warning: job {job.job_id} is already set up: the options given to jobns "
+                "setup apply",
+                log=None,
+            )
         kw = None if req.kill_wait is None else kill_wait
         named = bool(req.user or environ.get("SLURM_JOB_USER") or environ.get("SLURM_JOB_UID"))
         return run_joined(joined, job, command, environ, kw, net_none, named)
@@ -120,7 +126,7 @@ def run_inside(
             namespace.unshare_net()
             namespace.loopback_up()
         if root_for_user:
-            switch_user(job.user)
+            switch_user(job.user.uid, job.user.gid, job.user.groups)
         arm_child_death_signal(me)
         make_task_dirs(task_dirs)
 
@@ -191,7 +197,8 @@ def run_joined(
             # read the job's view of the file system.
             import pyroute2  # noqa: F401
         if caller == 0 and owner != 0 and not enforced:
-            switch_user(job.user)  # first: root never enters a namespace the user owns
+            # First: root never enters a namespace the user owns.
+            switch_user(job.user.uid, job.user.gid, job.user.groups)
         # The job user enters through the user namespace she owns (the only way an
         # unprivileged process may setns); a root job's namespace is root's, and so is
         # an enforced job's.
@@ -200,7 +207,8 @@ def run_joined(
             namespace.unshare_net()
             namespace.loopback_up()
         if enforced:
-            switch_user(job.user)  # after the network: a user of the host has no CAP_NET_ADMIN
+            # After the network: a user of the host has no CAP_NET_ADMIN.
+            switch_user(job.user.uid, job.user.gid, job.user.groups)
         arm_child_death_signal(me)
         enter_workdir(cwd)
         make_task_dirs(task_dirs)
@@ -254,7 +262,7 @@ def run_standalone(
             if net_none:
                 namespace.loopback_up()
             if root and job.user.uid != 0:
-                switch_user(job.user)
+                switch_user(job.user.uid, job.user.gid, job.user.groups)
             arm_child_death_signal(me)
             enter_workdir(cwd)
             make_task_dirs(plan.task_dirs)
@@ -263,9 +271,9 @@ def run_standalone(
         sup.start(prepare, command, env)
         return sup.wait()
     finally:
-        from jobns.launcher.system.state import is_set_up
+        from jobns.launcher.protocol.state import is_set_up
 
         for h in handles:
             for err in fs.release_tree(h, lambda: is_set_up(state_dir, job.job_id)):
-                warn(err)
+                warn(f"warning: {err}", log=None)
         sys.stderr.flush()

@@ -26,13 +26,13 @@ from jobns.launcher.model.job import (
     user_from,
 )
 from jobns.launcher.model.plan import build
-from jobns.launcher.system.errors import JobnsError, UserError
+from jobns.launcher.system.errors import JobnsError, UserError, warn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from jobns.launcher.model.config import Config
     from jobns.launcher.model.job import User
-    from jobns.launcher.model.staging import Staging
+    from jobns.launcher.staging.model import Staging
 
 
 def main(opts: Options, _command: list[str]) -> int:
@@ -82,11 +82,11 @@ def _node_failed(
     error = unattended.failure_text(e)
     bin_dir = config.slurm_bin if config else ""
     drained = unattended.drain("setup", error, bin_dir)
-    lifecycle.warn(f"setup {job_id or '?'}: {drained}")
+    warn(f"setup {job_id or '?'}: {drained}")
     if job_id is None:
         return
     requeued = unattended.requeue(job_id, f"node failed to set it up: {error}", bin_dir)
-    lifecycle.warn(f"setup {job_id}: {requeued}")
+    warn(f"setup {job_id}: {requeued}")
     reason = lifecycle.node_failed_reason(error)
     try:
         if run is None:
@@ -97,7 +97,7 @@ def _node_failed(
         else:
             lifecycle.refuse_unconfigured(environ.get("JOBNS_STATE_DIR", ""), job_id, reason, run)
     except Exception as again:  # the state is what failed: the tasks time out instead
-        lifecycle.warn(f"setup {job_id}: could not record the failure: {again}")
+        warn(f"setup {job_id}: could not record the failure: {again}")
 
 
 def _job_id_or_none(flag: str | None, environ: dict[str, str]) -> str | None:
@@ -132,7 +132,7 @@ def _setup(
         notes: list[str] = []
         if directives is not None or session_flag or config.staging.session_dir:
             # Only then is there anything to stage (and the path machinery worth importing).
-            from jobns.launcher.model import staging
+            from jobns.launcher.staging import model as staging
 
             stg, notes = staging.build(
                 config, job, plan, directives, session_flag, staging.symbols_for(job, environ)
@@ -147,7 +147,7 @@ def _setup(
         )
         return 0
     for note in notes:
-        lifecycle.warn(f"setup {job.job_id}: {note}")
+        warn(f"setup {job.job_id}: {note}")
     if req.dry_run:
         from jobns.launcher.backing import kinds
 

@@ -19,8 +19,8 @@ from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.inputs import Options
 from jobns.launcher.model.job import job_id_from
-from jobns.launcher.system import state
-from jobns.launcher.system.errors import JobnsError, UserError
+from jobns.launcher.protocol import state
+from jobns.launcher.system.errors import JobnsError, UserError, warn
 
 
 def main(opts: Options, _command: list[str]) -> int:
@@ -33,7 +33,7 @@ def main(opts: Options, _command: list[str]) -> int:
         # would have for a failed epilog (launcher.lifecycle.unattended).
         from jobns.launcher.lifecycle import unattended
 
-        lifecycle.warn(
+        warn(
             f"teardown {opts.get('job_id') or '?'}: "
             + unattended.drain("teardown", unattended.failure_text(e))
         )
@@ -77,7 +77,7 @@ def _teardown(opts: Options) -> int:
                 config, job_id, record, force=bool(opts.get("force")), hurry=bool(opts.get("hurry"))
             )
         except UserError as e:
-            lifecycle.warn(f"teardown {job_id}: {e}")
+            warn(f"teardown {job_id}: {e}")
             return 0  # the job's problem, recorded; the node is fine
         except JobnsError:
             if not state.is_set_up(state_dir, job_id):
@@ -88,7 +88,7 @@ def _teardown(opts: Options) -> int:
     finally:
         try:
             # Whatever happened, this run's epilog mark goes: left, a later job of the
-            # same id would find it (launcher.system.state "marks").
+            # same id would find it (launcher.protocol.state "marks").
             state.drop_mark_before(state_dir, job_id, state.ENDING, epilog_at, state.ENDING_SLACK)
         finally:
             lock.__exit__()

@@ -5,7 +5,7 @@
   jobns teardown   running -> post-run -> staging-out -> teardown -> complete (forgotten)
 
 This module is the only owner of those states; `jobns setup`, `teardown`, `recover`
-and `gc` are thin commands over it. Each state is written (atomically, launcher.system.state)
+and `gc` are thin commands over it. Each state is written (atomically, launcher.protocol.state)
 *before* its work starts, so after a crash the record says what was interrupted, and
 every step can run again:
 
@@ -46,7 +46,6 @@ teardown), but its session inputs still go back.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from jobns.launcher.backing import fs, sizelimit
@@ -65,8 +64,8 @@ from jobns.launcher.model.record import (
 )
 from jobns.launcher.model.request import Request
 from jobns.launcher.mountns import cdi, dirs, pins
-from jobns.launcher.system import state
-from jobns.launcher.system.errors import JobnsError, UserError, printable_path
+from jobns.launcher.protocol import state
+from jobns.launcher.system.errors import JobnsError, UserError, printable_path, warn
 from jobns.launcher.system.removal import take_detached
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
@@ -80,7 +79,7 @@ if TYPE_CHECKING:
     from jobns.launcher.model.directives import Directives
     from jobns.launcher.model.job import Job
     from jobns.launcher.model.plan import Plan, Tree
-    from jobns.launcher.model.staging import Staging
+    from jobns.launcher.staging.model import Staging
     from jobns.launcher.system.mountinfo import Identity, Mount
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
@@ -88,13 +87,6 @@ EPILOG_STATES = ("running", "post-run", "staging-out")
 ATTEMPTS = 3
 RETRY_PAUSE = 1.0
 COMMENT_PREFIX = "jobns:"
-
-
-def warn(msg: str, level: str = "warning") -> None:
-    sys.stderr.write(f"jobns: {msg}\n")
-    from jobns.launcher.system.log import log
-
-    log(msg, level=level)  # the prolog's and epilog's output is discarded by Slurm
 
 
 def require_root(what: str) -> None:
@@ -240,7 +232,7 @@ def _setup_locked(
     if old is not None:
         if old.state == state.REFUSED:
             return  # the prolog ran twice for a refused job: still refused
-        wanted = options_of(job, caps, staging)
+        wanted = options_of(job, caps, staging.session_dir if staging is not None else None)
         if old.options != wanted:
             was = old.options or {}
             diff = "; ".join(
@@ -279,7 +271,7 @@ def take_setup_mark(
     Returns (whether to set up, when the run's prolog left its mark: the record keeps it
     for the teardown, launcher.commands.teardown). The packaged prolog leaves <id>.setup
     naming its run before it returns
-    (launcher.system.state "marks"); a teardown of that run that got the lock first took
+    (launcher.protocol.state "marks"); a teardown of that run that got the lock first took
     the mark, and then the run is over before its setup began: a background setup sets
     up nothing (it would leak a job Slurm has ended). By hand (not background) a setup
     takes any mark and goes on. An epilog's <id>.ending older than the prolog's mark is
@@ -428,7 +420,16 @@ def start(
 ) -> Record:
     """A fresh setup: persist the request, then run it to `running`; on failure the
     teardown runs (nothing is lost) and the error is raised again."""
-    record = new_record(job, plan, kill_wait, config, caps, staging, run=run)
+    record = new_record(
+        job,
+        plan,
+        kill_wait,
+        config,
+        caps,
+        staging.record() if staging is not None else None,
+        staging.session_dir if staging is not None else None,
+        run=run,
+    )
     record.prolog_at = prolog_at
     records.save(config.state_dir, record)
     state.close_run_env(config.state_dir, job.job_id, "pending", job.user.uid)
@@ -445,7 +446,7 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
         staging = _staging(record)
         if staging is not None:
             # Only a staging job imports its copying code (~1 ms: transfer is big).
-            from jobns.launcher.lifecycle.stage_steps import check_session_dir, stage_in
+            from jobns.launcher.staging.steps import check_session_dir, stage_in
 
             check_session_dir(record, staging)
         if any(t.extra is not None for t in plan.trees):
@@ -548,12 +549,12 @@ def _make_backing(
 ) -> Identity | None:
     """The tree's recorded backing (launcher/backing/kinds.py) puts its file system on the
     tree root; what it must find after a crash it saves in the record first."""
-    from jobns.launcher.backing import kinds
+    from jobns.launcher.backing import base, kinds
 
     def save() -> None:
         records.save(config.state_dir, record)
 
-    making = kinds.Making(config, rec, handle, job_id, owner, save)
+    making = base.Making(config, rec, handle, job_id, owner, save)
     return kinds.of(rec.backing).make(making)
 
 
@@ -593,8 +594,8 @@ def _pre_run_program(config: Config, record: Record) -> str | None:
     while it runs ($JOBNS_FILL<path>: the one way to fill an `ro` one)."""
     if not config.lifecycle.pre_run:
         return None
-    from jobns.launcher.lifecycle.programs import run_program
     from jobns.launcher.mountns import binds
+    from jobns.launcher.staging.programs import run_program
 
     view = dirs.fill(config.state_dir, record.job_id, [(t.tree, t.cover) for t in record.trees])
     try:
@@ -679,7 +680,7 @@ def finish(
             staging = _staging(record)
             errors = []
             if staging is not None:
-                from jobns.launcher.lifecycle.stage_steps import stage_out
+                from jobns.launcher.staging.steps import stage_out
 
                 errors = stage_out(record, staging, ran)
             if errors:
@@ -702,11 +703,11 @@ def finish(
 
 
 def _staging(record: Record) -> Staging | None:
-    """The job's staging: launcher.model.staging (and the copying code) is imported only by the
+    """The job's staging: launcher.staging.model (and the copying code) is imported only by the
     prolog and epilog of a job that stages."""
     if record.staging is None:
         return None
-    from jobns.launcher.model.staging import Staging
+    from jobns.launcher.staging.model import Staging
 
     return Staging.from_record(record.staging)
 
@@ -715,7 +716,7 @@ def _program(config: Config, record: Record, phase: str) -> str | None:
     """[lifecycle] pre_run or post_run (lifecycle.programs imported only when one is set)."""
     if not getattr(config.lifecycle, phase.replace("-", "_")):
         return None
-    from jobns.launcher.lifecycle.programs import run_program
+    from jobns.launcher.staging.programs import run_program
 
     return run_program(config, record, phase)
 
@@ -765,7 +766,7 @@ def teardown_once(
             # ARC's job scratch: it is removed only once its content is back in the session
             # directory. After a successful stage-out it is empty; after a failed or
             # interrupted setup it holds the job's inputs, which go back where they were.
-            from jobns.launcher.lifecycle.stage_steps import unstage_session
+            from jobns.launcher.staging.steps import unstage_session
 
             problems = unstage_session(record, staging)
             errors += problems
@@ -889,7 +890,7 @@ def _teardown_attempts(
     record.teardown_failures += 1
     records.enter(state_dir, record, "teardown-fail")
     for err in errors:
-        warn(f"teardown {job_id}: {err}", level="error")
+        warn(f"teardown {job_id}: {err}", log="error")
     held = _still_mounted(record) if force else []
     if held:
         # Forgotten, its memory or disk space would be lost to the node for good.

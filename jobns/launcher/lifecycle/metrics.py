@@ -30,7 +30,7 @@ EXTRA_STATES = ("standalone", "leftover", "unreadable")  # status's states witho
 def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
     """What this gc run found, for the metrics (root only; a failure to write is no
     failure of gc)."""
-    from jobns.launcher.system import state
+    from jobns.launcher.protocol import state
     from jobns.launcher.system.errors import JobnsError
     from jobns.launcher.system.jsonfast import dumps
 
@@ -94,7 +94,7 @@ def render(
     jobs: list[dict[str, object]], gc: dict[str, float] | None, propagation_warning: str = ""
 ) -> str:
     """The text exposition format (version 0.0.4), ending in a newline."""
-    from jobns.launcher.system.state import STATES
+    from jobns.launcher.protocol.state import STATES
 
     out = _Out()
     used, caps, failures = [], [], []
@@ -271,24 +271,14 @@ def stale_disk_text(held: list[dict[str, object]]) -> str:
 
 
 def write_textfile(path: str, text: str) -> None:
-    """Replace path atomically (a temporary name in the same directory, then rename), mode
-    0644: node_exporter's textfile collector never reads half a file."""
+    """Replace path atomically (launcher.system.files: a temporary name in the same
+    directory, no *.prom, then rename), mode 0644: node_exporter's textfile collector never
+    reads half a file."""
+    from jobns.launcher.system import files
     from jobns.launcher.system.errors import JobnsError
 
-    tmp = f"{path}.{os.getpid()}.tmp"
+    where, name = files.split(path)
     try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
-        )
-        try:
-            os.write(fd, text.encode())
-            os.fchmod(fd, 0o644)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
+        files.write_atomic(where, name, text.encode(), 0o644, fsync=False)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise JobnsError(f"status: write {path}: {e.strerror}") from None

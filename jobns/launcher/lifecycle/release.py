@@ -52,7 +52,8 @@ import stat
 
 from jobns.launcher.backing import fs
 from jobns.launcher.model.plan import Tree, tree_from_record, tree_record
-from jobns.launcher.system import libc, state
+from jobns.launcher.protocol import state
+from jobns.launcher.system import files, libc
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.removal import stat_here
 
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     from jobns.launcher.system.mountinfo import Mount
 
 RELEASES = "releases"
-TEMP = ".tmp"
 _waiting: list[int] = []  # write ends of the release processes' start pipes (see start)
 
 
@@ -132,7 +132,7 @@ class Handover:
             self.record, self.lock = _new_record(self.state_dir, self.job_id, self.user)
         line = dumps(tree_record(tree)).encode() + b"\n"
         try:
-            state.write_all(self.lock, line)
+            files.write_all(self.lock, line)
         except OSError as e:
             raise state.state_error("write release record", self.record, e) from None
 
@@ -157,7 +157,11 @@ class Handover:
         """Lock every record of this job whose release process is gone (or never came)."""
         for name in _records(self.state_dir):
             path = f"{directory(self.state_dir)}/{name}"
-            if not name.startswith(f"{self.job_id}~") or name.endswith(TEMP) or path == self.record:
+            if (
+                not name.startswith(f"{self.job_id}~")
+                or files.is_temporary(name)
+                or path == self.record
+            ):
                 continue
             try:
                 fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -177,23 +181,23 @@ def _new_record(state_dir: str, job_id: str, user: str) -> tuple[str, int]:
 
     where = directory(state_dir)
     state.private_dir(where, None)
-    path = f"{where}/{job_id}~{os.urandom(6).hex()}"
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    name = f"{job_id}~{os.urandom(6).hex()}"
+    path = f"{where}/{name}"
     try:
-        fd = os.open(path + TEMP, flags, 0o600)
+        temp = files.Temporary(where, name, 0o600, os.O_RDWR | os.O_APPEND)
     except OSError as e:
         raise state.state_error("create release record", path, e) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        state.write_all(fd, dumps({"job_id": job_id, "user": user}).encode() + b"\n")
-        os.rename(path + TEMP, path)
+        fcntl.flock(temp.fd, fcntl.LOCK_EX)
+        files.write_all(temp.fd, dumps({"job_id": job_id, "user": user}).encode() + b"\n")
+        temp.commit()
     except BaseException as e:
-        os.close(fd)
-        _unlink(path + TEMP)
+        temp.close()
+        temp.discard()
         if isinstance(e, OSError):
             raise state.state_error("create release record", path, e) from None
         raise
-    return path, fd
+    return path, temp.fd
 
 
 def _spawn(h: Handover, fds: list[int]) -> None:
@@ -348,7 +352,7 @@ def finish_dead(state_dir: str, dry: bool = False) -> list[Finished]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # its release process (or epilog) is at work
-            if name.endswith(TEMP):
+            if files.is_temporary(name):
                 if not dry:
                     _unlink(path)  # an epilog died before naming it: it never held a tree
                 continue

@@ -561,18 +561,11 @@ def _write_cache(key: tuple[object, ...], raw: dict[str, object]) -> None:
         return
     import marshal
 
-    tmp = f"{CACHE_PATH}.{os.getpid()}"
+    from jobns.launcher.system import files
+
+    where, name = files.split(CACHE_PATH)
     try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
-        )
-        try:
-            os.write(fd, marshal.dumps((key, raw)))  # type: ignore[arg-type]
-        finally:
-            os.close(fd)
-        os.rename(tmp, CACHE_PATH)
+        data = marshal.dumps((key, raw))  # type: ignore[arg-type]
+        files.write_atomic(where, name, data, 0o644, fsync=False)  # a cache: no fsync
     except (OSError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

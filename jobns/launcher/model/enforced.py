@@ -1,6 +1,6 @@
 """Tasks of a job the site enforces through Slurm (docs/admin.md "Enforced by Slurm").
 
-The jobns SPANK plugin (jobns/hook/spank/jobns_spank.c) joins each task to its job's namespace
+The jobns SPANK plugin (jobns/slurm/spank/jobns_spank.c) joins each task to its job's namespace
 as root, before slurmstepd drops privileges, and exports JOBNS_JOINED="<job id>:<st_dev>:
 <st_ino>" (the namespace it joined). Inside, the state directory is hidden, so a task
 learns that it is already in its job's namespace from this variable, checked against its

@@ -43,13 +43,6 @@ class User:
         return f"User({self.name!r}, uid={self.uid}, gid={self.gid})"
 
 
-def switch_user(user: User) -> None:
-    """Root acting for someone else: become the job user (all groups, then gid, uid)."""
-    os.setgroups(list(user.groups))
-    os.setgid(user.gid)
-    os.setuid(user.uid)
-
-
 def user_ids(uid: int, gid: int) -> tuple[int, int, list[int]]:
     """The job user's uid, gid and groups (their current groups from NSS, if any)."""
     import pwd

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from jobns.launcher.system import sysprog
+from jobns.launcher.system import slurmquery
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -115,41 +115,15 @@ def parse_squeue(text: str, job_id: str) -> tuple[int | None, str]:
 def slurm_tmp(job_id: str, bin_dir: str = "") -> int | None:
     """The job's --tmp in bytes (None: none asked, or not learnt: then a warning)."""
     import re
-    import subprocess
 
     if re.fullmatch(_JOB_ID, job_id, re.ASCII) is None:
         return None  # not a Slurm job id (a standalone job): nothing to ask
-    cmd = ["squeue", "-h", "--noconvert", "-a", "-t", "all", f"--jobs={job_id}"]
-    cmd += ["-o", SQUEUE_FORMAT]
-    try:
-        r = subprocess.run(
-            sysprog.argv(cmd, bin_dir),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=10,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            # Never PATH, SQUEUE_FORMAT, SQUEUE_NAMES, SLURM_CLUSTERS...: the command line
-            # alone says what squeue prints, and of which job.
-            env=sysprog.environment(keep=("SLURM_CONF",)),
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        problem = str(e)
-    else:
-        if r.returncode == 0:
-            size, problem = parse_squeue(r.stdout, job_id)
-        else:
-            problem = _one_line(r.stderr) or f"exit {r.returncode}"
+    text, problem = slurmquery.squeue(job_id, SQUEUE_FORMAT, bin_dir)
+    size, problem = parse_squeue(text, job_id) if text is not None else (None, problem)
     if problem:
         sys.stderr.write(f"jobns: warning: squeue --jobs={job_id}: {problem}; no --tmp size\n")
         return None
     return size
-
-
-def _one_line(text: str) -> str:
-    """Another program's message as part of one clean line of ours."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text[:400]).split())
 
 
 def memory_limit(config: Config, job: Job) -> int | None:

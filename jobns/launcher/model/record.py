@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from jobns.launcher.model.plan import TMP_TARGETS, Bind, build, tree_from_record, tree_record
-from jobns.launcher.system import state as state_mod
+from jobns.launcher.protocol import state as state_mod
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.mountinfo import Identity
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from jobns.launcher.model.config import Config
     from jobns.launcher.model.job import Job, User
     from jobns.launcher.model.plan import Plan, Tree
-    from jobns.launcher.model.staging import Staging
 
 NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
 
@@ -186,7 +185,7 @@ class Record:
         self.history: list[dict[str, object]] = [{"state": state, "at": now}]
         self.options: dict[str, object] | None = None
         self.ran: bool | None = False  # None: an old record; the state decides
-        self.run: str | None = None  # which run of the job (launcher.system.state marks)
+        self.run: str | None = None  # which run of the job (launcher.protocol.state marks)
         self.prolog_at: float | None = None  # when that run's prolog left its mark
         self.capacities: dict[str, int | None] | dict[str, object] = dict(NO_CAPACITIES)
         self.staging: dict[str, object] | None = None
@@ -288,15 +287,16 @@ class Record:
 
 
 def options_of(
-    job: Job, caps: Capacities | None = None, staging: Staging | None = None
+    job: Job, caps: Capacities | None = None, session_dir: str | None = None
 ) -> dict[str, object]:
-    """What must match for a repeated setup to be the same setup."""
+    """What must match for a repeated setup to be the same setup (session_dir: the
+    staging's, launcher.staging.model)."""
     return {
         "user": job.user.uid,
         "layout": job.layout,
         "no_rm_tmpdir": job.no_rm,
         "capacities": caps.record() if caps is not None else dict(NO_CAPACITIES),
-        "session_dir": staging.session_dir if staging is not None else None,
+        "session_dir": session_dir,
     }
 
 
@@ -306,12 +306,14 @@ def new_record(
     kill_wait: float,
     config: Config,
     caps: Capacities | None = None,
-    staging: Staging | None = None,
+    staging: dict[str, object] | None = None,
+    session_dir: str | None = None,
     state: str = "pending",
     run: str | None = None,
 ) -> Record:
     """A fresh record; plan None for a refused job (it has no trees); `run` is the job's
-    run (launcher.model.job.run_from)."""
+    run (launcher.model.job.run_from); staging and session_dir: the job's staging's record
+    and session directory (launcher.staging.model), if it stages."""
     r = Record(
         job.job_id,
         job.user.name,
@@ -330,11 +332,11 @@ def new_record(
             r.trees.append(TreeRecord(t, size, backing=choose_backing(config, t, size)))
     arc = config.raw.get("arc")
     r.arc = arc if isinstance(arc, dict) else None
-    r.options = options_of(job, caps, staging)
+    r.options = options_of(job, caps, session_dir)
     r.run = run
     if caps is not None:
         r.capacities = caps.record()
-    r.staging = staging.record() if staging is not None else None
+    r.staging = staging
     return r
 
 

@@ -14,7 +14,7 @@
 An engine or a program that follows a path under here follows nothing a user controls
 (every component is root's, none writable by anyone else), and what is mounted here was
 bound from a directory verified by fd, never by a path. state_dir is a private mount
-(launcher.system.state.ensure_state_dir), so nothing mounted under it propagates into any
+(launcher.protocol.state.ensure_state_dir), so nothing mounted under it propagates into any
 namespace, and every job's namespace hides state_dir (launcher.mountns.pins), so no job holds
 these mounts. release() detaches the area, and with it everything mounted in it, in one
 lazy unmount, before the job's trees are removed (they would keep a capacity alive:
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 
-from jobns.launcher.system import libc, mountinfo, state
+from jobns.launcher.protocol import state
+from jobns.launcher.system import libc, mountinfo
 from jobns.launcher.system.errors import JobnsError
 
 TYPE_CHECKING = False

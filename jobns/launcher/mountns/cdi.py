@@ -296,11 +296,12 @@ def _open_dir(path: str, create: bool, check: bool = True) -> int | None:
 
 
 def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
-    """Write the spec atomically; returns its path."""
+    """Write the spec atomically, 0644 and fsynced (its temporary name is no *.json: CDI
+    never reads it); returns its path."""
     import json
     from errno import ENOSPC
 
-    from jobns.launcher.system import state
+    from jobns.launcher.system import files
 
     if not device_name_ok(job_id):
         raise JobnsError(
@@ -310,33 +311,12 @@ def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
     fd = _open_dir(c.dir, create=True)
     assert fd is not None
     name = spec_name(job_id)
-    tmp = f".{name}.tmp-{os.getpid()}"  # not *.json: CDI never reads it
     path = f"{c.dir}/{name}"
     try:
         data = (json.dumps(doc, indent=1) + "\n").encode()
         try:
-            os.unlink(tmp, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        try:
-            out = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=fd,
-            )
-            try:
-                state.write_all(out, data)  # a short write on a filling /run is no spec
-                os.fchmod(out, 0o644)
-                os.fsync(out)
-            finally:
-                os.close(out)
-            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            files.write_atomic(fd, name, data, 0o644)
         except OSError as e:
-            try:
-                os.unlink(tmp, dir_fd=fd)
-            except OSError:
-                pass
             full = "; its file system is full: free space on it" if e.errno == ENOSPC else ""
             raise JobnsError(f"write CDI spec {path}: {e.strerror}{full}") from None
     finally:

@@ -108,7 +108,8 @@ def cover(handle: TreeHandle, uid: int, gid: int, state_dir: str, job_id: str) -
     its mount id, for the record."""
     from jobns.launcher.backing import fs
     from jobns.launcher.mountns import binds
-    from jobns.launcher.system import libc, state
+    from jobns.launcher.protocol import state
+    from jobns.launcher.system import libc
 
     tree = handle.tree
     assert tree.extra is not None

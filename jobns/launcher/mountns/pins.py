@@ -16,7 +16,7 @@ jobs' trees (launcher.mountns.namespace.cover_bases), becomes the job user, crea
 user namespace (mapping only that user) with the job's mount namespace inside it,
 makes the binds, and waits while root pins both. A job run by root gets a plain
 mount namespace, and so does every job when the site enforces namespaces through
-Slurm (`[slurm] enforce = true`): the SPANK plugin (jobns/hook/spank/jobns_spank.c) joins
+Slurm (`[slurm] enforce = true`): the SPANK plugin (jobns/slurm/spank/jobns_spank.c) joins
 it as root in each task before slurmstepd drops privileges, so no user namespace is
 needed, and a namespace owned by the host's user namespace is one no job user can
 mount in.
@@ -34,13 +34,14 @@ import sys
 import time
 
 from jobns.launcher.backing import fs
-from jobns.launcher.model.job import switch_user
 from jobns.launcher.model.record import Pins
 from jobns.launcher.mountns import namespace
-from jobns.launcher.system import libc, state
+from jobns.launcher.protocol import state
+from jobns.launcher.system import libc
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.fastimport import set_dumpable, signal
 from jobns.launcher.system.fork import spawn
+from jobns.launcher.system.user import switch_user
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def pin(
         if userns:
             # Only the two pipes are open here (launcher.system.fork): once the job user can
             # ptrace this process, there is nothing of root's to take.
-            switch_user(job.user)
+            switch_user(job.user.uid, job.user.gid, job.user.groups)
             # After a uid change /proc/self belongs to root; writing uid_map needs this.
             set_dumpable(True)
             namespace.unshare(userns=True, net_none=False)

@@ -1,6 +1,9 @@
-"""The one exception jobns raises for anything an operator must fix, and its exit codes."""
+"""The one exception jobns raises for anything an operator must fix, its exit codes, and
+the one warning path."""
 
 from __future__ import annotations
+
+import sys
 
 # Exit codes, as documented in docs/command-line.md "Exit codes". 126/127 and 128+N follow the
 # shell.
@@ -46,3 +49,14 @@ def describe_oserror(op: str, path: str, err: OSError) -> str:
     """'op path: reason' for an OSError, without Python's noisy repr."""
     reason = err.strerror or str(err)
     return f"{op} {path}: {reason}"
+
+
+def warn(msg: str, log: str | None = "warning") -> None:
+    """One line `jobns: MSG` on stderr and, at the syslog level `log`, in the node's log
+    (Slurm discards a prolog's and an epilog's output). A task's path passes log=None:
+    it never loads the logger (tests/unit/test_log.py)."""
+    sys.stderr.write(f"jobns: {msg}\n")
+    if log is not None:
+        from jobns.launcher.system.log import log as to_log
+
+        to_log(msg, level=log)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 
 from jobns.launcher.system.errors import (
     EXIT_JOBNS_FAILED,
@@ -293,7 +292,3 @@ def exit_code(status: int | None) -> int:
     if os.WIFSIGNALED(status):
         return EXIT_SIGNAL_BASE + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
-
-
-def warn(msg: str) -> None:
-    sys.stderr.write(f"jobns: warning: {msg}\n")

@@ -6,7 +6,7 @@ searches os.defpath (/bin:/usr/bin) and misses /usr/sbin, where mkfs.ext4 and mk
 live: every disk capacity failed its prolog, and the node drained. And a PATH (or a
 SQUEUE_FORMAT, SLURM_CLUSTERS, MKE2FS_CONFIG...) that reaches root's code is not root's
 to trust. So every program root runs by name is resolved here (launcher.backing.diskimage,
-jobsize, gc, programs, transfer), and gets ``environment()``.
+slurmquery, gc, programs, transfer), and gets ``environment()``.
 
 The system's directories come first; /usr/local's after them (a Slurm built from
 source installs its commands there, and systemd gives services that PATH too), so

@@ -1,6 +1,6 @@
 """The staging steps of a job's life (ARC's session staging and #JOBNS
 stage_in/stage_out): stage_in and stage_out copies, the ARC session directory moved into
-scratch and back. Each runs in a worker that is the job user (launcher.system.transfer.as_user),
+scratch and back. Each runs in a worker that is the job user (launcher.staging.transfer.as_user),
 so whatever the user's paths point at, root never reads or writes through them; and each
 has a deadline, [staging] timeout (Staging.deadline): a file system the user serves (a
 stopped FUSE server) can stall the worker, which is then killed, never root."""
@@ -8,22 +8,17 @@ stopped FUSE server) can stall the worker, which is then killed, never root."""
 from __future__ import annotations
 
 import os
-import sys
 
 from jobns.launcher.model.record import user_ids
-from jobns.launcher.system import transfer
-from jobns.launcher.system.errors import UserError
+from jobns.launcher.staging import transfer
+from jobns.launcher.system.errors import UserError, warn
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from jobns.launcher.model.record import Record
-    from jobns.launcher.model.staging import Staging
-
-
-def warn(msg: str) -> None:
-    sys.stderr.write(f"jobns: {msg}\n")
+    from jobns.launcher.staging.model import Staging
 
 
 def check_session_dir(record: Record, staging: Staging) -> None:

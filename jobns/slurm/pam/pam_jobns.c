@@ -1,7 +1,7 @@
 /*
  * pam_jobns.c: put an ssh session that pam_slurm_adopt adopted into a Slurm job into that
  * job's mount namespace, on a node where the site enforces jobns through Slurm
- * ([slurm] enforce = true plus the SPANK plugin, jobns/hook/spank/jobns_spank.c).
+ * ([slurm] enforce = true plus the SPANK plugin, jobns/slurm/spank/jobns_spank.c).
  *
  *   /etc/pam.d/sshd:
  *     account  required  pam_slurm_adopt.so
@@ -255,23 +255,14 @@ static int threads(void)
  * the session's environment), then JOBNS_JOINED for `jobns run` inside the session. */
 static enum verdict set_environment(pam_handle_t *pamh, struct job *job)
 {
-	char buf[4200];
+	char buf[JOBNS_ENV_MAX];
+	const char *at = job->j.text;
+	int got;
 
-	for (const char *line = job->j.text; line && *line;) {
-		const char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line) : strlen(line);
-
-		if (len > 4 && strncmp(line, "env.", 4) == 0) {
-			if (len - 4 >= sizeof(buf))
-				return fail(job, DENY, "job %s: a variable longer than %zu bytes",
-					    job->id, sizeof(buf));
-			memcpy(buf, line + 4, len - 4);
-			buf[len - 4] = '\0';
-			if (buf[0] == '=' || !strchr(buf, '=') || pam_putenv(pamh, buf) != PAM_SUCCESS)
-				return fail(job, DENY, "job %s: cannot set '%.64s'", job->id, buf);
-		}
-		line = end ? end + 1 : NULL;
-	}
+	while ((got = jobns_next_env(&at, buf, sizeof(buf))) != 0)
+		if (got < 0 || pam_putenv(pamh, buf) != PAM_SUCCESS)
+			return fail(job, DENY, "job %s: cannot set '%.64s' (malformed, or longer "
+				    "than %zu bytes)", job->id, buf, sizeof(buf));
 	snprintf(buf, sizeof(buf), "SLURM_JOB_ID=%s", job->id);
 	if (pam_putenv(pamh, buf) != PAM_SUCCESS)
 		return fail(job, DENY, "set SLURM_JOB_ID");

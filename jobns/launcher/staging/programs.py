@@ -11,7 +11,7 @@ import os
 import sys
 
 from jobns.launcher.model.record import host_dirs, job_of
-from jobns.launcher.model.staging import Staging
+from jobns.launcher.staging.model import Staging
 from jobns.launcher.system import sysprog
 from jobns.launcher.system.fastimport import set_pdeathsig, signal
 

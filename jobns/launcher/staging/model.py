@@ -20,9 +20,9 @@ crash or restart (``jobns recover``) replays exactly the same operations:
   /tmp, /var/tmp, /dev/shm or its scratch directory; the *host side* (stage_in source,
   stage_out destination) must lie below ``[staging] stage_roots`` or the job's session
   directory. Confinement is lexical; the copies themselves run as the job user (see
-  launcher.system.transfer), so a symlink inside a root reaches only what the user could reach,
+  launcher.staging.transfer), so a symlink inside a root reaches only what the user could reach,
   never through a /proc magic link and never onto a file system the path itself does not pass
-  through (launcher.system.transfer.stage_confined); each staging worker has a deadline,
+  through (launcher.staging.transfer.stage_confined); each staging worker has a deadline,
   ``[staging] timeout`` (Staging.deadline).
 """
 

@@ -1,6 +1,6 @@
 """Move and copy a job's files, as the job user, so that nothing is ever lost.
 
-The system side of launcher.model.staging. Every operation runs in a forked worker that
+The system side of launcher.staging.model. Every operation runs in a forked worker that
 has dropped to the job user (all its groups, then gid, then uid) and closed every
 other file descriptor: the files are the user's, so a symlink or a rename race planted
 by the user can reach nothing the user could not reach anyway (CVE-2023-41914 is about
@@ -24,7 +24,7 @@ What "nothing is lost" means, and how:
   ``shlex.split(movetool) + [SOURCE, PART_DIR/]``. It must *copy* (``cp -a``, ``rsync -a``):
   jobns deletes the source itself once the copy is in place, and a tool that deletes
   its source (``mv``, ``rsync --remove-source-files``) could leave the only copy of a file
-  half-written in a part directory if killed; launcher.model.staging refuses ``mv``.
+  half-written in a part directory if killed; launcher.staging.model refuses ``mv``.
 
 Names starting with ``.jobns-part-`` are reserved for part files.
 """
@@ -931,6 +931,7 @@ def as_user(
     serves (a stopped FUSE server) can stall the worker but never root. When it passes,
     the worker's process group is killed and OutOfTime raised."""
     from jobns.launcher.system.fork import spawn
+    from jobns.launcher.system.user import switch_user
 
     r, w = os.pipe2(os.O_CLOEXEC)
     sys.stdout.flush()
@@ -939,9 +940,7 @@ def as_user(
     end = time.monotonic() + deadline if deadline > 0 else None
 
     def worker() -> None:
-        os.setgroups(groups)
-        os.setgid(gid)
-        os.setuid(uid)
+        switch_user(uid, gid, groups)
         # After the uid change: changing credentials clears the parent-death signal.
         set_pdeathsig(signal.SIGKILL)  # a killed jobns must not leave it running
         if os.getppid() != parent:

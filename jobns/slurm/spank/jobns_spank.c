@@ -194,28 +194,18 @@ int slurm_spank_slurmd_exit(spank_t sp, int ac, char **av)
 /* Each "env.NAME=VALUE" line of run.env becomes NAME=VALUE in the task's environment. */
 static void set_job_environment(spank_t sp, const char *text, const char *shown)
 {
-	const char *line = text;
+	char buf[JOBNS_ENV_MAX];
+	int got;
 
-	while (line && *line) {
-		const char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line) : strlen(line);
+	while ((got = jobns_next_env(&text, buf, sizeof(buf))) != 0) {
+		char *eq = strchr(buf, '=');
 
-		if (len > 4 && strncmp(line, "env.", 4) == 0) {
-			char buf[4200];
-			char *eq;
-
-			if (len >= sizeof(buf))
-				refuse("%s: a variable longer than %zu bytes", shown, sizeof(buf));
-			memcpy(buf, line + 4, len - 4);
-			buf[len - 4] = '\0';
-			eq = strchr(buf, '=');
-			if (!eq || eq == buf)
-				refuse("%s: malformed line 'env.%s'", shown, buf);
-			*eq = '\0';
-			if (spank_setenv(sp, buf, eq + 1, 1) != ESPANK_SUCCESS)
-				refuse("set %s in the task's environment", buf);
-		}
-		line = end ? end + 1 : NULL;
+		if (got < 0)
+			refuse("%s: a malformed line or a variable longer than %zu bytes: 'env.%s'",
+			       shown, sizeof(buf), buf);
+		*eq = '\0';
+		if (spank_setenv(sp, buf, eq + 1, 1) != ESPANK_SUCCESS)
+			refuse("set %s in the task's environment", buf);
 	}
 }
 

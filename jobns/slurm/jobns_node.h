@@ -1,6 +1,6 @@
 /*
  * jobns_node.h: what every C module of jobns needs of the node's file protocol under
- * state_dir (jobns/launcher/system/state.py is its Python side): open a job's directory
+ * state_dir (jobns/launcher/protocol/state.py is its Python side): open a job's directory
  * without following links, read run.env, the prolog's and epilog's marks, and check a
  * pinned namespace. Included by the SPANK plugin (spank/jobns_spank.c), the
  * job_container/namespace plugin (job_container/jobns_container.c) and the PAM module
@@ -331,6 +331,32 @@ JOBNS_FN int jobns_inside_text(const char *text)
 JOBNS_FN int jobns_inside(const struct jobns_job *j)
 {
 	return jobns_inside_text(j->text);
+}
+
+#define JOBNS_ENV_MAX 4200 /* an env. line's NAME=VALUE, with its NUL */
+
+/* The next "env.NAME=VALUE" line of run.env's text from *at: 1 with NAME=VALUE in buf
+ * (size JOBNS_ENV_MAX or more), 0 at the end, -1 for a line too long for buf or one with
+ * no NAME or no '=' (buf holds its start, for a message); *at moves past the line. */
+JOBNS_FN int jobns_next_env(const char **at, char *buf, size_t size)
+{
+	while (*at && **at) {
+		const char *line = *at, *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+
+		*at = end ? end + 1 : NULL;
+		if (len <= 4 || strncmp(line, "env.", 4) != 0)
+			continue;
+		len -= 4;
+		if (len >= size) {
+			snprintf(buf, size, "%.64s", line + 4);
+			return -1;
+		}
+		memcpy(buf, line + 4, len);
+		buf[len] = '\0';
+		return buf[0] == '=' || !strchr(buf, '=') ? -1 : 1;
+	}
+	return 0;
 }
 
 /* Does the job have a PID namespace of its own ([namespace] pid: run.env's pid_pin)? */

@@ -1,17 +1,110 @@
-"""Per-job state on this node, kept in the root-only state directory (default /run/jobns).
+"""The node's file protocol: every name under the state directory (state_dir, default
+/run/jobns), its format, who writes it and who reads it.
 
-  <state_dir>/                 root 0711, a private bind mount of itself (see ensure_state_dir)
-  <state_dir>/jobs/            root 0755 (job ids are no secret: `jobns status` lists them)
-  <state_dir>/jobs/<id>.lock   root 0600: setup / teardown / gc of one job take it exclusively
-  <state_dir>/jobs/<id>/       root 0700, ACL: the job user may search (x), nobody else
+Version: RUN_ENV_VERSION ("1"), the first line of every run.env; the C side's
+JOBNS_RUN_ENV_VERSION (jobns/slurm/jobns_node.h) is the same, and
+tests/unit/test_protocol_golden.py proves that the C readers understand what this module
+writes. Writers and readers are named by module (launcher.X is jobns/launcher/X.py);
+"C" is jobns/slurm/jobns_node.h as the SPANK plugin, the job_container plugin and the PAM
+module include it; "the scripts" are the packaged prolog and epilog (jobns/slurm/scripts/).
+Only root writes anything here.
+
+  <state_dir>/                 root 0711 (0755 when the SPANK plugin in slurmd made it
+                               first), a private bind mount of itself: ensure_state_dir,
+                               called by every Python writer; the prolog script may make
+                               it, and jobs/, first. C checks it is root's and not
+                               writable by others (jobns_open_root_owned)
+  <state_dir>/jobs/            root 0755 (job ids are no secret: `jobns status` lists them);
+                               list_jobs skips the locks, marks and temporary files in it
+  <state_dir>/jobs/<id>.lock   root 0600, empty: setup, teardown, gc, recover, a release
+                               and the OCI hook flock it exclusively (JobLock); C asks
+                               whether it is held now (jobns_setup_under_way)
+  <state_dir>/jobs/<id>.setup  the prolog's mark, "<run>\n" (SLURM_JOB_RESTART_COUNT, or
+                               empty), written by the prolog script; read and removed here
+                               (read_mark, mark_time, drop_mark, drop_mark_before: setup
+                               and teardown); C reads its time (jobns_mark_at,
+                               jobns_run_is_over, jobns_wait_for_setup); see "the marks"
+  <state_dir>/jobs/<id>.ending the epilog's mark, the same format, written by the epilog
+                               script; removed by teardown (drop_mark_before), or by setup
+                               when older than the prolog's (drop_stale_ending); C: this
+                               run is over when it is not older than <id>.setup
+                               (jobns_run_is_over)
+  <state_dir>/jobs/<id>/       root 0700, ACL: the job user may search (x), nobody else;
+                               made with the job's first record (write_record)
       state.json               root 0600, ACL: the job user may read; the job record
-                               (jobns/schemas/job-state.schema.json), for humans/tools
-      run.env                  root 0600, ACL: the job user may read; the few values
-                               `jobns run` needs to join, as KEY=VALUE lines (the
-                               task-launch path reads this, never JSON)
-      ns/                      root 0700, ACL: the job user may search
-      ns/user, ns/mnt          pins: /proc/PID/ns/* bind-mounted onto empty files
-      ns/pid                   the pin of the job's PID namespace ([namespace] pid)
+                               (jobns/schemas/job-state.schema.json), for humans/tools:
+                               launcher.model.record makes it, write_record writes it,
+                               read_record reads it (setup, teardown, gc, recover, status,
+                               the OCI hook). C never reads it.
+      run.env                  root 0600, ACL: the job user may read; the join record:
+                               the few values a task needs to join, as KEY=VALUE lines
+                               (the task-launch path reads this, never JSON; see below).
+                               write_run_env / close_run_env write it (called by
+                               launcher.lifecycle.lifecycle); read_run_env reads it
+                               (`jobns run`, `jobns env`), and so does C (jobns_open_dir,
+                               jobns_wait_for_setup, jobns_check_open, jobns_value_of)
+      ns/                      root 0700, ACL: the job user may search; made by
+                               launcher.mountns.pins
+      ns/user, ns/mnt          pins: /proc/HOLDER/ns/* bind-mounted onto empty files by
+                               launcher.mountns.pins (which unmounts them; so does
+                               remove_job_dir); `jobns run` opens the paths run.env names,
+                               C opens ns/mnt (jobns_open_pin: root's namespace only)
+      ns/pid                   the pin of the job's PID namespace ([namespace] pid), the
+                               same way; C opens it when run.env has pid_pin
+  <state_dir>/tasks-wait       empty, 0644: the SPANK plugin (C, in slurmd) makes it when
+                               slurmd loads it and removes it when slurmd stops; the
+                               prolog script (then it returns at once) and `jobns doctor`
+                               look for it
+  <state_dir>/propagation-checked  empty, root 0600: the once-per-boot marker of setup's
+                               propagation warning (launcher.lifecycle.lifecycle, via touch)
+  <state_dir>/gc.json          root 0600, JSON: the last `jobns gc`'s counts
+                               (launcher.lifecycle.metrics: gc writes, status reads)
+  <state_dir>/helper/          root 0700: the resident helper (launcher.commands.helper)
+      pid                      its pid: the helper writes it (write_atomic), the scripts
+                               (kill -0) and `jobns doctor` read it
+      doorbell                 a FIFO: the helper makes it, the scripts write a byte
+      requests/                root 0700, made by the helper
+      requests/<id>.<verb>     a request: NUL-separated NAME=value, ending with
+                               JOBNS_END=1; the scripts write it, the helper takes it
+  <state_dir>/holds/           root 0700: container holds (jobns.hook.holds, the OCI hook;
+      <id>/<container>         gc sweeps them): root 0700 directories, root 0600 files
+                               of KEY=VALUE lines (version=1 first), flock'ed by the holder
+  <state_dir>/locks/           root 0700: launcher.backing.diskimage
+      disk-<major>:<minor>.lock  root 0600, empty: one disk-image base's lock (flock)
+  <state_dir>/mounts/          root 0700: root's mount points (launcher.mountns.binds)
+      <id>/                    a small tmpfs of root's per job (the job's area), holding
+                               cdi/ (launcher.mountns.cdi), oci/ (jobns.hook.oci_config),
+                               fill/ and stage (launcher.mountns.dirs); teardown and gc
+                               release it
+  <state_dir>/releases/        root 0700: launcher.lifecycle.release
+      <id>~<hex>               root 0600, JSON lines (whose, then one per renamed tree),
+                               flock'ed by its release process; recover and gc finish
+                               one nobody holds
+  .<name>.tmp-<pid>-<hex>      a file being replaced (write_atomic, through
+                               launcher.system.files), beside <name>; gone on any failure
+  .jobns-doctor-<pid>          `jobns doctor`'s scratch file for its ACL check, removed
+                               at once (launcher.commands.doctor.node)
+
+Inside a job's mount namespace state_dir is an empty read-only tmpfs showing only
+jobs/<id>/, read-only (launcher.mountns.pins.show_only_own_state): no mark, no lock, and
+the pins are empty files there; C reads run.env at once (jobns_wait_for_setup).
+
+run.env, one KEY=VALUE a line (no newline in a value, none and no '=' in a key; a value
+may hold '='; a reader splits at the first '='):
+  version=1                    always first (RUN_ENV_VERSION); another version is refused
+                               by both readers
+  closed=<state>               while no task may join (a state of STATES: setup under way,
+                               refused, or ending); then nothing but version and reason
+  reason=<text>                with closed=refused: why, one line of at most MAX_REASON
+  job_id, uid, gid, user, layout, user_pin, mnt_pin, mnt_ns (<st_dev>:<st_ino> of the
+  mount namespace), pid_pin (only with [namespace] pid), kill_wait, arc.*
+                               launcher.model.record.run_env_values
+  enforced=1, env.NAME=VALUE   launcher.lifecycle.lifecycle.enforced_values: the job
+                               environment every task gets ([slurm] enforce = true)
+C uses version, closed, reason, uid (the PAM module), mnt_ns, pid_pin and the env. lines;
+it reads at most JOBNS_RUN_ENV_MAX (64 KiB) of the file, and the SPANK plugin refuses a
+task (the PAM module a login) whose env. line does not fit its 4200-byte buffer: it
+never cuts one. Nothing here bounds either yet: a writer must stay within them.
 
 Job state is private (SECURITY.md, rule 5): another user who could open a job's pin
 could keep its namespace (and its capacity tmpfs) alive after teardown, or read its
@@ -33,7 +126,7 @@ import fcntl
 import os
 import stat
 
-from jobns.launcher.system import libc
+from jobns.launcher.system import files, libc
 from jobns.launcher.system.errors import JobnsError, describe_oserror
 
 JOBS = "jobs"
@@ -56,14 +149,6 @@ def state_error(op: str, path: str, err: OSError) -> JobnsError:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         message += f"; {FULL}"
     return JobnsError(message)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """os.write until all of data is written: on a file system that fills up, write(2)
-    returns a short count first and ENOSPC only on the next call."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _unlink_quietly(path: str) -> None:
@@ -237,33 +322,23 @@ def private_dir(path: str, uid: int | None) -> bool:
 def write_atomic(
     path: str, data: bytes, reader: int | None = None, what: str = "", durable: bool = True
 ) -> None:
-    """Write a root-only file (mode 0600) atomically; `reader` (a uid) may read it.
-    Whatever fails, the temporary file is gone again (a full state_dir gets no litter)
-    and the error names the file; `what` says what it is (e.g. "job record").
-    durable=False: no fsync even where the file would outlive a reboot (a file that
-    means nothing after one, such as run.env: see survives_reboot)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    op = f"write {what}".rstrip()
+    """Write a root-only file (mode 0600) atomically (launcher.system.files); `reader` (a
+    uid) may read it. Whatever fails, the temporary file is gone again (a full state_dir
+    gets no litter) and the error names the file; `what` says what it is (e.g. "job
+    record"). durable=False: no fsync even where the file would outlive a reboot (a file
+    that means nothing after one, such as run.env: see survives_reboot)."""
+    where, name = files.split(path)
     try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        files.write_atomic(
+            where,
+            name,
+            data,
+            0o600,
+            prepare=lambda fd: grant(fd, path, 6, reader, 4),
+            fsync=survives_reboot if durable else False,
         )
     except OSError as e:
-        raise state_error(op, path, e) from None
-    try:
-        try:
-            write_all(fd, data)
-            grant(fd, path, 6, reader, 4)
-            if durable and survives_reboot(fd):
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException as e:
-        _unlink_quietly(tmp)
-        if isinstance(e, OSError):
-            raise state_error(op, path, e) from None
-        raise
+        raise state_error(f"write {what}".rstrip(), path, e) from None
 
 
 _SURVIVES: dict[int, bool] = {}  # st_dev -> does a write there outlive the node's uptime?
