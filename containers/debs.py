@@ -57,11 +57,22 @@ def _one(directory: Path, pattern: str) -> Path:
 
 
 def image_status(client: Any, image: str) -> bytes:
-    """/var/lib/dpkg/status of an image: what is installed there."""
-    out = client.containers.run(
-        image, ["cat", "/var/lib/dpkg/status"], remove=True, network_mode="none"
-    )
-    return bytes(out)
+    """/var/lib/dpkg/status of an image: what is installed there.
+
+    Copied out of a created (never started) container: the output of a `cat` run with
+    remove=True can come back cut short on a loaded host (the container is removed
+    while its log is read), and apt then resolves against half a status file (seen in
+    CI: "Encountered status field in a non-version description")."""
+    container = client.containers.create(image, ["true"], network_mode="none")
+    try:
+        stream, _ = container.get_archive("/var/lib/dpkg/status")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile("status")
+            if member is None:
+                raise RigError(f"{image}: /var/lib/dpkg/status is not a file")
+            return member.read()
+    finally:
+        container.remove(force=True)
 
 
 def dependency_repo(

@@ -238,3 +238,50 @@ def test_x11_forwarding_sets_up_its_xauthority_where_the_task_reads_it(
     else:
         assert fields["xauthority"] == "/home/alice/.Xauthority", line
     assert x11.unusable() == {}
+
+
+SLOW_PRE_RUN = "#!/bin/sh\\nsleep 13\\n"  # longer than the plugin's 10 s bound
+SLOW_JOB = """\
+#!/bin/sh
+echo batch $(readlink /proc/self/ns/mnt)
+touch /tmp/from-batch
+srun sh -c 'echo task $(readlink /proc/self/ns/mnt); test -e /tmp/from-batch && echo sees-batch'
+"""
+
+
+def test_a_setup_longer_than_the_plugins_bound_leaves_the_step_outside_and_tasks_inside(
+    inside: SlurmCluster,
+) -> None:
+    """A background setup that takes 13 s (a slow pre-run program): the plugin waits 10 s
+    in slurmd's child, then lets the step start in the node's namespace (never failing
+    the launch); the SPANK plugin holds each task until the setup is done and puts it in
+    the job's namespace. slurmd answers meanwhile, the job completes, no node drains."""
+    node1 = inside.computes[0]
+    config = "/etc/jobns/jobns.toml"
+    node1.sh(
+        f"printf '{SLOW_PRE_RUN}' > /usr/local/sbin/slow-pre-run && "
+        "chmod 0755 /usr/local/sbin/slow-pre-run && "
+        f"printf '[lifecycle]\\npre_run = \"/usr/local/sbin/slow-pre-run\"\\n' >> {config}"
+    ).check("a slow pre-run program")
+    try:
+        t0 = time.monotonic()
+        job_id = inside.sbatch(ALICE, SLOW_JOB, "-N1", "-w", node1.hostname, wait=False)
+        answered = []
+        while inside.job_state(job_id)[0] not in ("RUNNING", "COMPLETED", "FAILED"):
+            time.sleep(0.2)
+        while time.monotonic() - t0 < 11:  # while the plugin and the tasks wait
+            r = node1.exec(["scontrol", "show", "slurmd"], timeout=5)
+            answered.append(r.exit_code == 0)
+            time.sleep(1)
+        state, code = inside.wait_done(job_id, timeout=90)
+        took = time.monotonic() - t0
+        out = inside.output(job_id)
+        assert (state, code) == ("COMPLETED", "0:0"), (out, inside.logs())
+        assert took >= 13 and answered and all(answered), (took, answered)
+        lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        own = node1.exec(["readlink", "/proc/self/ns/mnt"]).stdout.strip()
+        assert lines["batch"] == lines["task"] != own, out
+        assert "sees-batch" in out, out
+        assert inside.unusable() == {}
+    finally:
+        node1.sh(f"sed -i '/^\\[lifecycle\\]/,$d' {config}").check("restore the config")

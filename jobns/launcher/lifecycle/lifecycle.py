@@ -713,7 +713,7 @@ def _staging(record: Record) -> Staging | None:
 
 
 def _program(config: Config, record: Record, phase: str) -> str | None:
-    """[lifecycle] pre_run or post_run (lifecycle.programs imported only when one is set)."""
+    """[lifecycle] pre_run or post_run (staging.programs imported only when one is set)."""
     if not getattr(config.lifecycle, phase.replace("-", "_")):
         return None
     from jobns.launcher.staging.programs import run_program
