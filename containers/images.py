@@ -98,9 +98,10 @@ VARIANT = "minbase"
 # What the nodes need from Debian, in every release.
 PACKAGES = (
     "python3",  # the interpreter every user can run
-    # jobns's one runtime dependency as the release ships it (the jobns package's Depends
-    # names pyproject's minimum: dpkg checks it in install_jobns)
+    # jobns's runtime dependencies as the release ships them (the jobns package's Depends
+    # names pyproject's minimums: dpkg checks them in install_jobns)
     "python3-pyroute2",
+    "python3-jsonschema",
     "slurm-wlm",
     "munge",  # a Slurm cluster in the rig (controller + nodes)
     # ci/build-deb's build dependencies (debian/control, and build-essential, which
@@ -411,7 +412,7 @@ def install_jobns(debs: str) -> str:
     """The Dockerfile steps that install jobns as a site would: the project's two
     packages, built for this release (debs_dockerfile), copied from the debs image and
     installed with dpkg, offline. Every dependency (the release's python3-pyroute2
-    at pyproject's minimum; its slurm-wlm-basic-plugins of the
+    and python3-jsonschema at pyproject's minimums; its slurm-wlm-basic-plugins of the
     exact major.minor.micro the plugins were built for) is Debian's, in the base image: dpkg
     refuses the install, naming the package, if one is missing or too old. Nothing of
     the checkout is in the node; the .debs stay in DEB_DIR (a site's local copy)."""

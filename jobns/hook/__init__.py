@@ -4,7 +4,7 @@
     jobns oci-config BUNDLE                        (rewrite a bundle to mount them itself)
 
 Flow (createRuntime): state (jobns/hook/state.py: parsed with the C JSON scanner,
-checked against jobns/schemas/oci-state.schema.json by launcher.system.validate) -> bundle
+each field checked as jobns/schemas/oci-state.schema.json says) -> bundle
 (jobns/hook/bundle.py: config.json, root.path, process.env/user) -> job
 (jobns/hook/identity.py: org.jobns.* annotations, else SLURM_* in process.env, else
 the container id and its process user) -> plan (launcher.model.plan.build, or the

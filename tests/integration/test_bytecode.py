@@ -56,12 +56,13 @@ def test_the_installed_script_is_the_packaged_entry_point() -> None:
 
 
 # What passes through the import system when a task makes its own namespace: the entry
-# and the loader itself with their floor's package, then plan, removal and fs (and fs's
-# floor) through the finder (bytecode.LAUNCH).
+# and the loader itself with their floor's package, then plan (with its record reader,
+# fields), removal and fs (and fs's floor) through the finder (bytecode.LAUNCH).
 OWN_NAMESPACE_LAUNCH = [
     "jobns.launcher.commands",
     "jobns.launcher.commands.bytecode",
     "jobns.launcher.commands.entry",
+    "jobns.launcher.system.fields",
     "jobns.launcher.model.plan",
     "jobns.launcher.backing",
     "jobns.launcher.system.removal",

@@ -37,12 +37,13 @@ def pip_jobns() -> Iterator[Path]:
         shutil.copytree(REPO, src, symlinks=True, ignore=skip)
         venv = top / "venv"
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
+        # With its dependencies, as a site installs it (pip's cache from ci/install-python
+        # serves them): parsing a config file needs jsonschema.
         subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-             str(src)],
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src)],
             check=True, capture_output=True, timeout=300, cwd="/",
             env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                 "PIP_ROOT_USER_ACTION": "ignore"},
+                 "PIP_ROOT_USER_ACTION": "ignore", "HOME": "/root"},
         )  # fmt: skip
         subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
         yield venv / "bin" / "jobns"

@@ -14,7 +14,7 @@ from jobns.launcher.model.config import Config, parse
 from jobns.launcher.model.job import Job, User
 from jobns.launcher.model.plan import build
 from jobns.launcher.model.record import Record, new_record, recorded_backing
-from jobns.schemas.generated import SCHEMAS
+from tests.schemas import SCHEMAS
 
 ALICE = User("alice", 1001, 1001, (1001,), "/home/alice")
 JOB = Job("77", ALICE, "n01", "local", False)

@@ -108,50 +108,6 @@ def test_task_path_imports_nothing_heavy() -> None:
     assert sorted(heavy & set(out)) == []
 
 
-def test_prolog_and_epilog_import_only_what_they_use() -> None:
-    """Issue 21: `jobns setup` and `jobns teardown` are on every batch job's critical path.
-    With a config in the cache (never TOML) and no directives, no staging and no Slurm
-    sizes, they import only jobns's modules and a few C modules: none of the stdlib's
-    typing, re, json, subprocess, signal (enum), struct, threading or collections."""
-    repo = str(Path(__file__).parents[2])
-    code = (
-        f"import sys; sys.path.insert(0, {repo!r}); "
-        "from jobns.launcher.commands import cli, setup, teardown, recover; "
-        "from jobns.launcher.lifecycle import lifecycle, release; "
-        "from jobns.launcher.model import capacity, jobsize, record, environment; "
-        "from jobns.launcher.staging import model; "
-        "from jobns.launcher.system import log, validate, jsonfast, removal, mountinfo; "
-        "from jobns.launcher.protocol import state; "
-        "from jobns.launcher.backing import sizelimit, fs; "
-        "from jobns.launcher.mountns import pins, cdi; "
-        "from jobns.schemas import generated; "
-        "assert release.__file__.startswith(sys.path[0]); "
-        "print(' '.join(sorted(sys.modules)))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
-    ).stdout.split()
-    heavy = {
-        "typing",
-        "re",
-        "json",
-        "subprocess",
-        "enum",
-        "signal",
-        "struct",
-        "threading",
-        "collections",
-        "functools",
-        "contextlib",
-        "dataclasses",
-        "argparse",
-        "tomllib",
-        "ctypes",
-        "jsonschema",
-    }
-    assert sorted(heavy & set(out)) == []
-
-
 def test_a_word_before_the_double_dash_is_an_error_with_a_hint() -> None:
     """`--use-shared-tmpdir per-node -- true` must not run `per-node` (issue 14)."""
     with pytest.raises(JobnsError, match=r"did you mean --use-shared-tmpdir=per-node\?"):

@@ -9,7 +9,7 @@ from jobns.launcher.model.job import Job, User
 from jobns.launcher.model.plan import build
 from jobns.launcher.model.record import Record, host_dirs, new_record, plan_of
 from jobns.launcher.mountns.dirs import without
-from jobns.schemas.generated import SCHEMAS
+from tests.schemas import SCHEMAS
 
 ALICE = User("alice", 1001, 1001, (1001,), "/home/alice")
 DIRS = (

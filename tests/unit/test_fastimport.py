@@ -7,7 +7,7 @@ import signal as plain_signal
 
 import prctl
 
-from jobns.launcher.system import fastimport
+from jobns.launcher.system import fastimport, libc
 
 
 def test_signal_is_the_plain_modules_c_half() -> None:
@@ -33,9 +33,9 @@ def test_prctl_wrappers_do_what_prctl_does() -> None:
     pid = os.fork()
     if pid == 0:  # in a child: these settings must not leak into the test process
         try:
-            fastimport.set_pdeathsig(plain_signal.SIGUSR1)
-            fastimport.set_child_subreaper(True)
-            fastimport.set_dumpable(False)
+            libc.set_pdeathsig(plain_signal.SIGUSR1)
+            libc.set_child_subreaper(True)
+            libc.set_dumpable(False)
             got = (
                 prctl.get_pdeathsig(),
                 bool(prctl.get_child_subreaper()),

@@ -10,9 +10,8 @@ import jsonschema
 import pytest
 
 from jobns.hook.oci_config import MOUNT_OPTIONS, hook_entries, rewrite
-from jobns.launcher.system.validate import first_error
-from jobns.schemas.generated import SCHEMAS
 from tests.conftest import REPO
+from tests.schemas import SCHEMAS, first_error
 
 HOOKS_D = REPO / "jobns" / "hook" / "hooks.d"
 BINDS = [("/tmp", "/b/job-1/tmp"), ("/var/tmp", "/b/job-1/var_tmp"), ("/dev/shm", "/s/job-1")]

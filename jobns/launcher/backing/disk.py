@@ -6,18 +6,15 @@ with no record, and a loop device a process still holds is reported as stale."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jobns.launcher.backing import diskimage
 from jobns.launcher.backing.base import Backing, Making, place
 from jobns.launcher.model.capacity import human
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.plan import Tree
-    from jobns.launcher.model.record import TreeRecord
-    from jobns.launcher.system.mountinfo import Identity, Mount
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.plan import Tree
+from jobns.launcher.model.record import TreeRecord
+from jobns.launcher.system.mountinfo import Identity, Mount
 
 
 class Disk(Backing):

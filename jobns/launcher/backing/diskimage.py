@@ -57,21 +57,18 @@ import fcntl
 import os
 import stat
 import subprocess
+from collections.abc import Callable
 
 from jobns.launcher.backing import fs
-from jobns.launcher.model.plan import TOP_MODE
+from jobns.launcher.backing.fs import TreeHandle
+from jobns.launcher.model.capacity import config_size, human
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.plan import TOP_MODE, Tree
 from jobns.launcher.protocol import state
 from jobns.launcher.system import libc, loop, mountinfo, sysprog
 from jobns.launcher.system.errors import JobnsError, UserError
+from jobns.launcher.system.fork import spawn
 from jobns.launcher.system.mountinfo import Identity
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.backing.fs import TreeHandle
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.plan import Tree
 
 FS_TYPES = ("ext4", "xfs")
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32): ext4 and xfs
@@ -208,8 +205,6 @@ def node_room(config: Config, bases: list[tuple[str, int]]) -> tuple[int, int]:
     (still attached to a deleted image because someone holds its file system: it may
     hold that much until they let go), and what the file system can hold for all images
     (free + what the live images already use - node_reserve)."""
-    from jobns.launcher.model.capacity import config_size
-
     reserve = (
         0
         if config.capacity.get("node_reserve") in (0, "0")
@@ -241,8 +236,6 @@ def create(
     """Make the sparse image of `size` bytes in base (default scratch_base), checked
     against the node cap under the image directories' locks; returns its path. A
     leftover of the same job id is replaced. what: the request, for messages."""
-    from jobns.launcher.model.capacity import human
-
     where = "[capacity] scratch_base" if base is None else "[[dirs]] base"
     base = base or base_of(config)
     path = image_path(base, role, job_id)
@@ -510,8 +503,6 @@ def _release(fd: int, image_fd: int | None) -> None:
     then it truncates the image through image_fd, which frees its space even while
     someone still holds the (shut down) file system. If this process dies first, the
     pipe closes and the release happens all the same."""
-    from jobns.launcher.system.fork import spawn
-
     r, w = os.pipe2(os.O_CLOEXEC)
 
     def release() -> None:
@@ -604,8 +595,6 @@ def stale(config: Config) -> list[dict[str, object]]:
 
 def stale_line(entry: dict[str, object]) -> str:
     """One line about a stale device: what it is, why it is there, and how to end it."""
-    from jobns.launcher.model.capacity import human
-
     size = entry["bytes"] if isinstance(entry["bytes"], int) else 0
     return (
         f"{entry['device']} is still attached to the deleted disk capacity {entry['image']} "

@@ -20,21 +20,15 @@ through its fd, never by a path.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from jobns.launcher.backing import fs
-from jobns.launcher.model.plan import TOP_MODE
+from jobns.launcher.backing.fs import TreeHandle
+from jobns.launcher.model.plan import TOP_MODE, Tree
+from jobns.launcher.model.record import TreeRecord
 from jobns.launcher.system import libc
 from jobns.launcher.system.errors import JobnsError
-from jobns.launcher.system.mountinfo import Identity
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.backing.fs import TreeHandle
-    from jobns.launcher.model.plan import Tree
-    from jobns.launcher.model.record import TreeRecord
-    from jobns.launcher.system.mountinfo import Mount
+from jobns.launcher.system.mountinfo import Identity, Mount
 
 
 def source_name(role: str, job_id: str) -> str:

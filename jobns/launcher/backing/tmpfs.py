@@ -3,18 +3,15 @@ sizelimit), gone with its mount: nothing of it outlives the job on disk."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jobns.launcher.backing import sizelimit
 from jobns.launcher.backing.base import Backing, Making, place
 from jobns.launcher.model.capacity import human
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.plan import Tree
-    from jobns.launcher.model.record import TreeRecord
-    from jobns.launcher.system.mountinfo import Identity, Mount
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.plan import Tree
+from jobns.launcher.model.record import TreeRecord
+from jobns.launcher.system.mountinfo import Identity, Mount
 
 
 class Tmpfs(Backing):

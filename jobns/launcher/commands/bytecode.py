@@ -40,7 +40,7 @@ PACKAGES = ("jobns.launcher.", "jobns.hook.", "jobns.schemas.")
 # The modules every `jobns run` imports, each after the modules it imports at its top
 # (the unit test checks the order, the integration test that none is missing), named
 # below jobns.launcher; a floor (a name without a dot) is a package, loaded before its
-# modules. A task that makes its own namespace also needs plan, fs and removal: those
+# modules. A task that makes its own namespace also needs plan (and fields), fs and removal: those
 # come through the finder, so that the far more frequent task joining a set-up job does
 # not load them. The floor commands, this module's own package, is loaded by then.
 LAUNCH = (
@@ -65,6 +65,50 @@ LAUNCH = (
     "protocol",
     "protocol.state",
     "model.environment",
+)
+
+
+# The hot set: every jobns module `jobns run` and the OCI hook (`jobns hook createRuntime`,
+# `poststop`) import, named below jobns (tests/integration/test_hot_set.py measures the
+# real runs and checks that this is exactly what they import). These run once per task or
+# per container, so their start is launch time, and only they may use the speed tricks
+# docs/speed.md lists ("The hot set"): `TYPE_CHECKING = False` instead of importing typing,
+# hand-written __slots__ classes instead of dataclasses, jsonfast instead of json,
+# fastimport's signal. Every other module is plain Python (tests/unit/test_hot_set.py).
+HOT = (
+    "launcher.system.errors",
+    "launcher.system.libc",
+    "launcher.system.fastimport",
+    "launcher.system.files",
+    "launcher.system.fork",
+    "launcher.system.supervise",
+    "launcher.system.user",
+    "launcher.system.removal",
+    "launcher.system.mountinfo",
+    "launcher.system.jsonfast",
+    "launcher.system.fields",
+    "launcher.protocol.state",
+    "launcher.model.job",
+    "launcher.model.config",
+    "launcher.model.request",
+    "launcher.model.inputs",
+    "launcher.model.enforced",
+    "launcher.model.environment",
+    "launcher.model.plan",
+    "launcher.model.record",
+    "launcher.backing.fs",
+    "launcher.mountns.namespace",
+    "launcher.commands.bytecode",
+    "launcher.commands.entry",
+    "launcher.commands.cli",
+    "launcher.commands.run",
+    "hook.hook",
+    "hook.state",
+    "hook.holds",
+    "hook.bundle",
+    "hook.identity",
+    "hook.mounts",
+    "hook.rootfs",
 )
 
 

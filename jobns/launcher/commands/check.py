@@ -19,13 +19,16 @@ from __future__ import annotations
 import os
 import shlex
 
+from jobns.launcher.lifecycle.lifecycle import gather_directives
+from jobns.launcher.model import capacity
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.model.capacity import WHERE, human
+from jobns.launcher.model.directives import Directives
 from jobns.launcher.model.inputs import Options, Request
-from jobns.launcher.system.errors import JobnsError, UserError
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from jobns.launcher.model.directives import Directives
+from jobns.launcher.model.job import Job, current_user, hostname, layout_from
+from jobns.launcher.model.plan import build
+from jobns.launcher.staging import model as staging
+from jobns.launcher.system.errors import JobnsError, UserError, printable_path
 
 # The job id shown in place of the one Slurm will give (stage paths with %j).
 PLACEHOLDER_JOB_ID = "JOBID"
@@ -69,8 +72,6 @@ def main(opts: Options, _command: list[str]) -> int:
     environ = {"SLURM_SUBMIT_DIR": os.getcwd()}  # %d: sbatch's working directory
     sources = []
     if req.script:
-        from jobns.launcher.system.errors import printable_path
-
         printable_path(req.script, "read batch script")
         try:
             with open(req.script, encoding="utf-8", errors="replace") as f:
@@ -102,11 +103,6 @@ def main(opts: Options, _command: list[str]) -> int:
 def _plan(req: Request, environ: dict[str, str], config: config_mod.Config) -> str:
     """What setup would give the job, as one line; JobnsError where it would refuse."""
     # The prolog's own function: the same parser, warnings and messages.
-    from jobns.launcher.lifecycle.lifecycle import gather_directives
-    from jobns.launcher.model import capacity
-    from jobns.launcher.model.job import Job, current_user, hostname, layout_from
-    from jobns.launcher.model.plan import build
-
     directives = gather_directives(req, environ, config)
     req = req.with_directives(directives)
     layout = layout_from(req.shared)
@@ -115,8 +111,6 @@ def _plan(req: Request, environ: dict[str, str], config: config_mod.Config) -> s
     caps = capacity.plan(config, directives, job.layout, {})
     stage_in = stage_out = 0
     if directives is not None and (directives.stage_in or directives.stage_out):
-        from jobns.launcher.staging import model as staging
-
         stg, _notes = staging.build(
             config, job, plan, directives, None, staging.symbols_for(job, environ)
         )
@@ -134,8 +128,6 @@ def _summary(
     stage_out: int,
     directives: Directives | None,
 ) -> str:
-    from jobns.launcher.model.capacity import WHERE, human
-
     where = {"local": "on this node", "shared": "on shared_base", "per-node": "per node"}
     parts = [f"{layout} layout (/tmp and /var/tmp {where.get(layout, layout)})"]
     for role in ("shm", "tmp"):

@@ -26,17 +26,11 @@ write over pip's); the byte-code loader keeps pip's script within the 1.5x goal 
 it. The script Debian 12's pip 23.0.1 and installer 0.6 (the .deb's) write imports `re`
 first (~0.5x the bare interpreter: 1.84x), which nothing in the package can undo.
 
-The hot paths, and what they may import (the rules, stated once): a task launch
-(`jobns run`, bytecode.LAUNCH), the prolog and epilog (`jobns setup`, `teardown`) and the
-OCI hook run per task, per job or per container, so they import only jobns's own
-modules and the C-backed standard modules `os` and `sys` already load; never typing,
-dataclasses, json, re, enum, subprocess, argparse, tomllib (without a config file),
-jsonschema, pyroute2 (only for `--net none`) or docker, nor the Python faces of ctypes,
-signal and prctl (their C modules serve). Their modules write `TYPE_CHECKING = False`
-(mypy honours the name) instead of importing typing, and plain classes with __slots__
-instead of dataclasses. tests/unit/test_cli.py and tests/unit/test_hook_state.py hold
-each path to this. Code off those paths (directives parsing, doctor, gc, status, the
-rig, the tests) uses the standard library plainly.
+The hot set (bytecode.HOT: the modules `jobns run` and the OCI hook import, measured by
+tests/integration/test_hot_set.py) runs per task or per container, so it imports only
+jobns's own modules and the C-backed standard modules `os` and `sys` already load, and
+only it uses the speed tricks docs/speed.md lists ("The hot set"). Setup, teardown, the
+helper, gc and doctor are plain Python: the resident helper pays their imports once.
 """
 
 from __future__ import annotations

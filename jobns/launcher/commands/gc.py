@@ -23,29 +23,30 @@ touched.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
+from collections.abc import Callable
 
-from jobns.launcher.backing import fs
+from jobns.hook import holds
+from jobns.launcher.backing import fs, kinds
 from jobns.launcher.lifecycle import release
 from jobns.launcher.lifecycle.lifecycle import finish, recover_one, require_root
+from jobns.launcher.lifecycle.metrics import write_gc_summary
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
 from jobns.launcher.model.inputs import Options
 from jobns.launcher.model.job import safe_component
 from jobns.launcher.model.plan import Tree
 from jobns.launcher.model.record import Record
+from jobns.launcher.mountns import binds, cdi
 from jobns.launcher.mountns.dirs import is_cover
 from jobns.launcher.protocol import state
 from jobns.launcher.system import sysprog
 from jobns.launcher.system.errors import JobnsError, UserError
+from jobns.launcher.system.log import log
+from jobns.launcher.system.mountinfo import Mount
 from jobns.launcher.system.removal import take_detached
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.system.mountinfo import Mount
 
 ALIVE_STATES = {
     "PENDING",
@@ -131,8 +132,6 @@ def say(
     run."""
     print(text)
     if not dry:
-        from jobns.launcher.system.log import log
-
         log(text, job_id, user, level=level or "info")
 
 
@@ -244,8 +243,6 @@ def _job_id(value: str) -> bool:
 
 def _root_dir(path: str) -> bool:
     """A directory of root's: only teardown makes one with a retired tree's name."""
-    import stat
-
     try:
         st = os.lstat(path)
     except OSError:
@@ -343,14 +340,10 @@ def main(opts: Options, _command: list[str]) -> int:
             problems += 1
     if not dry:
         # Containers whose holder was killed and whose poststop never ran (jobns/hook/holds.py).
-        from jobns.hook.holds import sweep
-
-        for err in sweep(config.state_dir, config):
+        for err in holds.sweep(config.state_dir, config):
             say(f"jobns gc: {err}", level="error")
             problems += 1
     # CDI specs of jobs with no record left (a teardown that crashed, a record removed).
-    from jobns.launcher.mountns import cdi
-
     for job_id in cdi.orphans(config, lambda: set(state.list_jobs(config.state_dir))):
         say(
             f"{'would remove' if dry else 'removing'} the CDI spec of job {job_id} (no job record)",
@@ -362,8 +355,6 @@ def main(opts: Options, _command: list[str]) -> int:
             problems += 1
     # Root's mount points of jobs with no record left (launcher.mountns.binds): before the trees,
     # which they hold.
-    from jobns.launcher.mountns import binds
-
     for job_id in binds.orphans(config.state_dir, set(state.list_jobs(config.state_dir))):
         say(
             f"{'would detach' if dry else 'detaching'} root's mount points of job {job_id} "
@@ -377,8 +368,6 @@ def main(opts: Options, _command: list[str]) -> int:
     # What each backing keeps outside the trees (a disk capacity's mounts, loop devices,
     # images) of jobs with no state left; before the trees, so a mount on one is released
     # properly.
-    from jobns.launcher.backing import kinds
-
     for backing in kinds.every():
         for note in backing.sweep(config, lambda: set(state.list_jobs(config.state_dir)), dry):
             say(note, dry=dry)
@@ -398,8 +387,6 @@ def main(opts: Options, _command: list[str]) -> int:
             for note in take_detached():
                 say(f"jobns gc: {note}", dry=dry)
     if not dry:
-        from jobns.launcher.lifecycle.metrics import write_gc_summary
-
         summary["problems"] = problems
         write_gc_summary(config.state_dir, summary)
     return 125 if problems else 0

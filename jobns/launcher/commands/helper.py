@@ -36,10 +36,13 @@ import select
 import signal
 import stat
 import sys
+from dataclasses import dataclass
 
+from jobns.launcher.commands import cli
 from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import Options
+from jobns.launcher.protocol import state
 from jobns.launcher.system.errors import JobnsError, warn
 
 HELPER = "helper"
@@ -75,22 +78,20 @@ WARM = (
     "jobns.launcher.backing.disk",
     "jobns.launcher.system.log",
     "jobns.launcher.system.jsonfast",
-    "jobns.launcher.system.validate",
     "jobns.launcher.model.environment",
-    "jobns.schemas.generated",
     "json",
     "pwd",
     "grp",
 )
 
 
+@dataclass(slots=True)
 class Request:
     """One job handed over by a script: `jobns <verb>` of job_id with environ."""
 
-    __slots__ = ("environ", "job_id", "verb")
-
-    def __init__(self, verb: str, job_id: str, environ: dict[str, str]) -> None:
-        self.verb, self.job_id, self.environ = verb, job_id, environ
+    verb: str
+    job_id: str
+    environ: dict[str, str]
 
     def argv(self, config: str | None) -> list[str]:
         args = [self.verb, "--background", "--job-id", self.job_id]
@@ -157,8 +158,6 @@ def main(opts: Options, _command: list[str]) -> int:
 def _prepare(state_dir: str, top: str) -> int:
     """The helper's directories, FIFO and pid file; the doorbell's fd (read and write:
     it never sees an end of file, and a script's write never blocks)."""
-    from jobns.launcher.protocol import state
-
     state.ensure_state_dir(state_dir)
     for path in (top, f"{top}/{REQUESTS}"):
         try:
@@ -251,8 +250,6 @@ def _run(request: Request, config: str | None, bell: int, state_dir: str) -> boo
         os.environ.update(request.environ)
         # As the script exports it: where a setup that cannot read jobns.toml records why.
         os.environ["JOBNS_STATE_DIR"] = state_dir
-        from jobns.launcher.commands import cli
-
         code = cli.dispatch(request.argv(config))
     finally:
         for stream in (sys.stdout, sys.stderr):

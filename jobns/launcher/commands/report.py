@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import stat
 import sys
 import time
 
+from jobns.launcher.backing import fs, kinds
+from jobns.launcher.backing.kinds import held_line
+from jobns.launcher.commands import doctor
+from jobns.launcher.lifecycle.metrics import (
+    fill_capacity_bytes,
+    stale_disk_text,
+    status_text,
+    write_textfile,
+)
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
-from jobns.launcher.model.environment import job_environment
+from jobns.launcher.model.enforced import inside_job
+from jobns.launcher.model.environment import job_environment, pmix_dirs
 from jobns.launcher.model.inputs import Options, Request, config_from_run_env, job_from
 from jobns.launcher.model.job import Job, hostname, job_id_from, lookup_user
-from jobns.launcher.model.plan import Tree
+from jobns.launcher.model.plan import TMP_TARGETS, Tree
 from jobns.launcher.protocol import state
 from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.mountinfo import propagation_warning
+from jobns.launcher.system.removal import O_DIR, O_LOOK, open_here
 
 
 def env_main(opts: Options, _command: list[str]) -> int:
@@ -27,8 +40,6 @@ def env_main(opts: Options, _command: list[str]) -> int:
     fmt = str(opts.get("format") or "sh")
     if fmt not in ("sh", "json", "slurm"):
         raise JobnsError(f"--format {fmt!r}: expected sh, json or slurm")
-    from jobns.launcher.model.enforced import inside_job
-
     inside = inside_job(environ, job_id)
     # Inside a job enforced through Slurm the state is hidden: the plugin has set the
     # job's variables already; these are the ones that need no state (all but ARC's).
@@ -54,8 +65,6 @@ def env_main(opts: Options, _command: list[str]) -> int:
         # one line each), and the task runs as the job user in the job's namespace, so
         # its PMIx directory (/tmp/pmix) is made here, as `jobns run` makes it.
         if inside:
-            from jobns.launcher.model.environment import pmix_dirs
-
             for d in pmix_dirs(env):
                 try:
                     os.mkdir(d, 0o700)
@@ -83,9 +92,6 @@ def tree_bytes(tree: Tree) -> int | None:
     and within its parent's mount (launcher.system.removal.open_here: EXDEV instead), never
     through a symlink. One directory fd is open at a time: each is reopened from the tree
     root's parent by its relative path, under the same rules."""
-    from jobns.launcher.backing import fs
-    from jobns.launcher.system.removal import O_DIR, O_LOOK, open_here
-
     rel = "/".join((*tree.parents, tree.name))
     try:
         base = fs.open_base(tree.base, f"{tree.role} base")
@@ -163,11 +169,6 @@ def standalone(
 ) -> list[dict[str, object]]:
     """Trees of jobs no prolog set up: `jobns run` tasks holding them (state standalone),
     or what a crashed task left (leftover: `jobns gc` removes it)."""
-    import pwd
-
-    from jobns.launcher.backing import fs
-    from jobns.launcher.model.plan import TMP_TARGETS
-
     found: dict[str, dict[str, object]] = {}
     children = tuple(c for c, _ in TMP_TARGETS)
     dirs = [("dir", d.base, ()) for d in config.dirs]
@@ -265,19 +266,11 @@ def status_main(opts: Options, _command: list[str]) -> int:
         raise JobnsError("status: --output needs --format prometheus")
     jobs = collect(config.state_dir, config)
     totals = per_user(jobs)
-    from jobns.launcher.backing import kinds
-
     held = kinds.held(config)  # disk capacities a process outside a finished job still holds
-    from jobns.launcher.system.mountinfo import propagation_warning
-
     warning = propagation_warning()
     if fmt == "prometheus":  # for node_exporter's textfile collector (launcher.lifecycle.metrics)
-        from jobns.launcher.lifecycle.metrics import stale_disk_text, status_text
-
         text = status_text(config.state_dir, jobs, warning, tree_bytes) + stale_disk_text(held)
         if opts.get("output"):
-            from jobns.launcher.lifecycle.metrics import write_textfile
-
             write_textfile(str(opts["output"]), text)
         else:
             sys.stdout.write(text)
@@ -285,16 +278,12 @@ def status_main(opts: Options, _command: list[str]) -> int:
     if warning:
         sys.stderr.write(f"jobns: warning: {warning}\n")
     if config.enforce:  # a node that promises enforcement and cannot keep it says so
-        from jobns.launcher.commands import doctor
-
         for problem in doctor.enforcement_problems(doctor.slurm_conf_path()):
             sys.stderr.write(f"jobns: warning: jobs are not enforced: {problem}\n")
     if fmt == "json":
         doc = {"jobs": jobs, "users": totals, "stale_disks": held}
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
-    from jobns.launcher.lifecycle.metrics import fill_capacity_bytes
-
     fill_capacity_bytes(jobs, tree_bytes)  # a capacity's use from its own file system
     print(
         f"{'JOB':<14} {'USER':<12} {'STATE':<13} {'CREATED':<20} {'USED':>9}  "
@@ -326,8 +315,6 @@ def status_main(opts: Options, _command: list[str]) -> int:
 def print_stale(held: list[dict[str, object]]) -> None:
     """The table's section on stale capacities (launcher.backing.kinds.held_line)."""
     if held:
-        from jobns.launcher.backing.kinds import held_line
-
         print("\nSTALE DISK CAPACITIES (held after their job ended; counted in the node cap)")
         for entry in held:
             print(f"  {held_line(entry)}")

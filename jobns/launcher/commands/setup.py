@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import os
 
-from jobns.launcher.lifecycle import lifecycle
+from jobns.launcher.backing import kinds
+from jobns.launcher.lifecycle import lifecycle, unattended
 from jobns.launcher.lifecycle.lifecycle import gather_directives, require_root
+from jobns.launcher.model import capacity, jobsize
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.model.config import Config
 from jobns.launcher.model.inputs import Options, Request, kill_wait_from
 from jobns.launcher.model.job import (
     Job,
+    User,
     hostname,
     job_id_from,
     layout_from,
@@ -26,13 +30,9 @@ from jobns.launcher.model.job import (
     user_from,
 )
 from jobns.launcher.model.plan import build
+from jobns.launcher.staging import model as staging
+from jobns.launcher.staging.model import Staging
 from jobns.launcher.system.errors import JobnsError, UserError, warn
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.job import User
-    from jobns.launcher.staging.model import Staging
 
 
 def main(opts: Options, _command: list[str]) -> int:
@@ -77,8 +77,6 @@ def _node_failed(
     (the config, the plan) is recorded here while the run's prolog mark is still there.
     A broken jobns.toml leaves no state_dir to record it in: the one the script or the
     helper named (JOBNS_STATE_DIR) is used then."""
-    from jobns.launcher.lifecycle import unattended
-
     error = unattended.failure_text(e)
     bin_dir = config.slurm_bin if config else ""
     drained = unattended.drain("setup", error, bin_dir)
@@ -117,8 +115,6 @@ def _setup(
     run: str | None,
     background: bool,
 ) -> int:
-    from jobns.launcher.model import capacity
-
     # What the job asks for comes from its user (directives, comment): a problem there is
     # hers, and refuses her job.
     try:
@@ -131,9 +127,7 @@ def _setup(
         stg: Staging | None = None
         notes: list[str] = []
         if directives is not None or session_flag or config.staging.session_dir:
-            # Only then is there anything to stage (and the path machinery worth importing).
-            from jobns.launcher.staging import model as staging
-
+            # Only then is there anything to stage.
             stg, notes = staging.build(
                 config, job, plan, directives, session_flag, staging.symbols_for(job, environ)
             )
@@ -149,8 +143,6 @@ def _setup(
     for note in notes:
         warn(f"setup {job.job_id}: {note}")
     if req.dry_run:
-        from jobns.launcher.backing import kinds
-
         lines = [plan.describe(), *caps.describe(), *kinds.describe(config, plan, caps)]
         lines += stg.describe() if stg is not None else []
         print("\n".join(lines))
@@ -161,14 +153,12 @@ def _setup(
 
 def _sizes_from_the_site(config: Config, job: Job) -> dict[str, int]:
     """What the job asked of the scheduler (launcher.model.jobsize), when the site's config
-    asks for that at all (its code is imported only then)."""
+    asks for that at all."""
     if not (
         config.capacity.get("tmp_from_slurm") not in (None, "none")
         or config.capacity.get("shm_memory_fraction") is not None
     ):
         return {}
-    from jobns.launcher.model import jobsize
-
     return jobsize.requested(config, job)
 
 

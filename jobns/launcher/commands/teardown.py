@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 
-from jobns.launcher.lifecycle import lifecycle
+from jobns.launcher.lifecycle import lifecycle, unattended
 from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
@@ -31,8 +31,6 @@ def main(opts: Options, _command: list[str]) -> int:
     except Exception as e:
         # Nobody reads a background epilog's exit status: drain the node as slurmd
         # would have for a failed epilog (launcher.lifecycle.unattended).
-        from jobns.launcher.lifecycle import unattended
-
         warn(
             f"teardown {opts.get('job_id') or '?'}: "
             + unattended.drain("teardown", unattended.failure_text(e))

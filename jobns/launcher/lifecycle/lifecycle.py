@@ -47,11 +47,27 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Mapping
 
 from jobns.launcher.backing import fs, sizelimit
+from jobns.launcher.backing.base import Making
+from jobns.launcher.backing.fs import TreeHandle
+from jobns.launcher.lifecycle.release import Handover
+from jobns.launcher.lifecycle.unattended import failure_text
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model import record as records
-from jobns.launcher.model.plan import tree_from_record
+from jobns.launcher.model.capacity import Capacities, granularity
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.directives import (
+    Directives,
+    comment_directives,
+    parse_directives,
+    parse_script,
+)
+from jobns.launcher.model.environment import job_environment
+from jobns.launcher.model.inputs import config_from_run_env
+from jobns.launcher.model.job import Job
+from jobns.launcher.model.plan import Plan, Tree, tree_from_record
 from jobns.launcher.model.record import (
     Pins,
     Record,
@@ -63,24 +79,14 @@ from jobns.launcher.model.record import (
     run_env_values,
 )
 from jobns.launcher.model.request import Request
-from jobns.launcher.mountns import cdi, dirs, pins
+from jobns.launcher.mountns import binds, cdi, dirs, pins
+from jobns.launcher.mountns.namespace import check_site_targets
 from jobns.launcher.protocol import state
+from jobns.launcher.staging.model import Staging
+from jobns.launcher.staging.programs import run_program
 from jobns.launcher.system.errors import JobnsError, UserError, printable_path, warn
+from jobns.launcher.system.mountinfo import Identity, Mount, propagation_warning
 from jobns.launcher.system.removal import take_detached
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from jobns.launcher.backing.fs import TreeHandle
-    from jobns.launcher.lifecycle.release import Handover
-    from jobns.launcher.model.capacity import Capacities
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.directives import Directives
-    from jobns.launcher.model.job import Job
-    from jobns.launcher.model.plan import Plan, Tree
-    from jobns.launcher.staging.model import Staging
-    from jobns.launcher.system.mountinfo import Identity, Mount
 
 SETUP_STATES = ("pending", "staging-in", "staged-in", "pre-run")
 EPILOG_STATES = ("running", "post-run", "staging-out")
@@ -119,14 +125,7 @@ def gather_directives(
         and not req.directives
         and not ("jobns" in lowered or f"#{word.lower()}" in lowered)
     ):
-        return None  # the common prolog: no directives, so no parser (~25 ms of imports)
-    from jobns.launcher.model.capacity import granularity
-    from jobns.launcher.model.directives import (
-        comment_directives,
-        parse_directives,
-        parse_script,
-    )
-
+        return None  # the common prolog: no directives, nothing to parse
     gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
     if script:
@@ -195,8 +194,6 @@ def setup(
                 # Nobody reads a background setup's status: its tasks, waiting in the
                 # SPANK plugin, get the node's failure now, still under the lock (the
                 # run's teardown, waiting on it, then forgets the refusal).
-                from jobns.launcher.lifecycle.unattended import failure_text
-
                 reason = node_failed_reason(failure_text(e))
                 refuse(config, job, kill_wait, reason, run, True, prolog_at)
             else:
@@ -317,8 +314,6 @@ def _end_an_earlier_run(config: Config, job: Job, old: Record) -> bool:
 def _warn_propagation_once(state_dir: str) -> None:
     """Once per boot (state_dir is on /run): say in the prolog log if host mounts made
     later will not reach jobs."""
-    from jobns.launcher.system.mountinfo import propagation_warning
-
     marker = f"{state_dir}/propagation-checked"
     if os.path.exists(marker):
         return
@@ -450,8 +445,6 @@ def run_setup(config: Config, record: Record, job: Job, plan: Plan) -> None:
 
             check_session_dir(record, staging)
         if any(t.extra is not None for t in plan.trees):
-            from jobns.launcher.mountns.namespace import check_site_targets
-
             check_site_targets(plan)
         handles += make_trees(config, record, job, plan)
         if staging is not None:
@@ -549,12 +542,12 @@ def _make_backing(
 ) -> Identity | None:
     """The tree's recorded backing (launcher/backing/kinds.py) puts its file system on the
     tree root; what it must find after a crash it saves in the record first."""
-    from jobns.launcher.backing import base, kinds
+    from jobns.launcher.backing import kinds
 
     def save() -> None:
         records.save(config.state_dir, record)
 
-    making = base.Making(config, rec, handle, job_id, owner, save)
+    making = Making(config, rec, handle, job_id, owner, save)
     return kinds.of(rec.backing).make(making)
 
 
@@ -594,9 +587,6 @@ def _pre_run_program(config: Config, record: Record) -> str | None:
     while it runs ($JOBNS_FILL<path>: the one way to fill an `ro` one)."""
     if not config.lifecycle.pre_run:
         return None
-    from jobns.launcher.mountns import binds
-    from jobns.launcher.staging.programs import run_program
-
     view = dirs.fill(config.state_dir, record.job_id, [(t.tree, t.cover) for t in record.trees])
     try:
         return run_program(config, record, "pre-run", {"JOBNS_FILL": view} if view else None)
@@ -613,9 +603,6 @@ def enforced_values(values: dict[str, str], job: Job, enforce: bool) -> dict[str
     the TaskProlog `jobns env --format slurm`)."""
     if not enforce:
         return values
-    from jobns.launcher.model.environment import job_environment
-    from jobns.launcher.model.inputs import config_from_run_env
-
     env = job_environment(config_from_run_env(values), job)
     values = {**values, "enforced": "1"}
     values.update((f"env.{k}", v) for k, v in sorted(env.items()))
@@ -703,21 +690,16 @@ def finish(
 
 
 def _staging(record: Record) -> Staging | None:
-    """The job's staging: launcher.staging.model (and the copying code) is imported only by the
-    prolog and epilog of a job that stages."""
+    """The job's staging, as its record keeps it; None for a job that stages nothing."""
     if record.staging is None:
         return None
-    from jobns.launcher.staging.model import Staging
-
     return Staging.from_record(record.staging)
 
 
 def _program(config: Config, record: Record, phase: str) -> str | None:
-    """[lifecycle] pre_run or post_run (staging.programs imported only when one is set)."""
+    """[lifecycle] pre_run or post_run, when the config names one."""
     if not getattr(config.lifecycle, phase.replace("-", "_")):
         return None
-    from jobns.launcher.staging.programs import run_program
-
     return run_program(config, record, phase)
 
 
@@ -859,8 +841,6 @@ def teardown_locked(
     What the epilog renamed out of the job's way is then the release process's, even
     after a failed attempt (launcher.lifecycle.release: what the epilog finishes, what it hands
     over)."""
-    from jobns.launcher.lifecycle.release import Handover  # the epilog's only
-
     handover = Handover(state_dir, job_id, record.user_name)
     try:
         _teardown_attempts(state_dir, job_id, record, force, hurry, handover)

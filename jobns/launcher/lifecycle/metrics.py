@@ -11,16 +11,21 @@ findings to <state_dir>/gc.json (root's, 0600; write_gc_summary), status reads t
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.model.plan import Tree
-    from jobns.launcher.model.record import TreeRecord
-    from jobns.launcher.system.mountinfo import Mount
+from jobns.launcher.backing import fs
+from jobns.launcher.backing.sizelimit import owner
+from jobns.launcher.model.plan import Tree
+from jobns.launcher.model.record import TreeRecord
+from jobns.launcher.mountns.dirs import is_cover
+from jobns.launcher.protocol import state
+from jobns.launcher.protocol.state import STATES
+from jobns.launcher.system import files
+from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.mountinfo import Mount
 
 GC_SUMMARY = "gc.json"
 GC_FIELDS = ("dead_jobs", "unknown_to_slurm", "leftovers", "problems")
@@ -30,15 +35,13 @@ EXTRA_STATES = ("standalone", "leftover", "unreadable")  # status's states witho
 def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
     """What this gc run found, for the metrics (root only; a failure to write is no
     failure of gc)."""
-    from jobns.launcher.protocol import state
-    from jobns.launcher.system.errors import JobnsError
-    from jobns.launcher.system.jsonfast import dumps
-
     doc: dict[str, object] = {"time": time.time(), **{k: int(counts.get(k, 0)) for k in GC_FIELDS}}
     try:
         state.ensure_state_dir(state_dir)
         state.write_atomic(
-            f"{state_dir}/{GC_SUMMARY}", dumps(doc).encode() + b"\n", what="gc summary"
+            f"{state_dir}/{GC_SUMMARY}",
+            json.dumps(doc, sort_keys=True).encode() + b"\n",
+            what="gc summary",
         )
     except (OSError, JobnsError):
         pass
@@ -46,8 +49,6 @@ def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
 
 def read_gc_summary(state_dir: str) -> dict[str, float] | None:
     """The last gc's summary, or None (never ran since boot, or not readable by us)."""
-    import json
-
     try:
         with open(f"{state_dir}/{GC_SUMMARY}", "rb") as f:
             doc = json.loads(f.read())
@@ -94,8 +95,6 @@ def render(
     jobs: list[dict[str, object]], gc: dict[str, float] | None, propagation_warning: str = ""
 ) -> str:
     """The text exposition format (version 0.0.4), ending in a newline."""
-    from jobns.launcher.protocol.state import STATES
-
     out = _Out()
     used, caps, failures = [], [], []
     by_state: dict[str, int] = {s: 0 for s in (*STATES, *EXTRA_STATES)}
@@ -177,9 +176,6 @@ def capacity_used(tree: Tree, ours: Callable[[Mount], bool]) -> int | None:
     user's stalled FUSE server must not hang it), from statfs of jobns's own mount (ours:
     launcher.backing.sizelimit.owner), reached by an O_PATH fd, never a path; None unless the
     topmost mount on the tree root is that one (a user's mount on it is never asked)."""
-    from jobns.launcher.backing import fs
-    from jobns.launcher.system.errors import JobnsError
-
     try:
         top = fs.root_top(tree, ours)
     except JobnsError:
@@ -204,8 +200,6 @@ def _measurable(rec: TreeRecord, ours: Callable[[Mount], bool]) -> Callable[[Mou
     ident = rec.mount
     if rec.cover is None or ident is None:
         return ours
-    from jobns.launcher.mountns.dirs import is_cover
-
     tree = rec.tree
     return lambda m: ours(m) or (is_cover(m, tree) and ident.same_fs(m))
 
@@ -215,9 +209,6 @@ def fill_capacity_bytes(
 ) -> None:
     """Bytes used of recorded jobs whose trees have a capacity (status leaves them None);
     tree_bytes: how status counts a tree without a capacity."""
-    from jobns.launcher.backing.sizelimit import owner
-    from jobns.launcher.model.record import TreeRecord
-
     for j in jobs:
         trees = j.get("trees")
         if j.get("bytes") is not None or not isinstance(trees, list):
@@ -274,9 +265,6 @@ def write_textfile(path: str, text: str) -> None:
     """Replace path atomically (launcher.system.files: a temporary name in the same
     directory, no *.prom, then rename), mode 0644: node_exporter's textfile collector never
     reads half a file."""
-    from jobns.launcher.system import files
-    from jobns.launcher.system.errors import JobnsError
-
     where, name = files.split(path)
     try:
         files.write_atomic(where, name, text.encode(), 0o644, fsync=False)

@@ -47,21 +47,21 @@ are never fsynced, on any state_dir.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from jobns.launcher.backing import fs
 from jobns.launcher.model.plan import Tree, tree_from_record, tree_record
 from jobns.launcher.protocol import state
 from jobns.launcher.system import files, libc
 from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.fork import spawn
+from jobns.launcher.system.log import log
+from jobns.launcher.system.mountinfo import Mount, under
 from jobns.launcher.system.removal import stat_here
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.system.mountinfo import Mount
 
 RELEASES = "releases"
 _waiting: list[int] = []  # write ends of the release processes' start pipes (see start)
@@ -100,8 +100,6 @@ class Handover:
         detaching a capacity of ours: that stays an error). So does a tree with anything
         still mounted in it (her FUSE mount from the host): the epilog detaches it, through
         the fd its removal walk examined, before the node takes the next job."""
-        from jobns.launcher.system.mountinfo import under
-
         if under(tree.path):
             return fs.remove_recorded(tree, ours)
         parent = fs.open_parent(tree, detach=True)
@@ -126,11 +124,9 @@ class Handover:
 
     def _note(self, tree: Tree) -> None:
         """Append the tree to this release's record (made and locked on first use)."""
-        from jobns.launcher.system.jsonfast import dumps
-
         if self.lock < 0:
             self.record, self.lock = _new_record(self.state_dir, self.job_id, self.user)
-        line = dumps(tree_record(tree)).encode() + b"\n"
+        line = json.dumps(tree_record(tree), sort_keys=True).encode() + b"\n"
         try:
             files.write_all(self.lock, line)
         except OSError as e:
@@ -177,8 +173,6 @@ class Handover:
 def _new_record(state_dir: str, job_id: str, user: str) -> tuple[str, int]:
     """Create a release record, locked before it has its name (no gc ever sees it
     unlocked while its epilog lives); its first line says whose it is."""
-    from jobns.launcher.system.jsonfast import dumps
-
     where = directory(state_dir)
     state.private_dir(where, None)
     name = f"{job_id}~{os.urandom(6).hex()}"
@@ -189,7 +183,9 @@ def _new_record(state_dir: str, job_id: str, user: str) -> tuple[str, int]:
         raise state.state_error("create release record", path, e) from None
     try:
         fcntl.flock(temp.fd, fcntl.LOCK_EX)
-        files.write_all(temp.fd, dumps({"job_id": job_id, "user": user}).encode() + b"\n")
+        files.write_all(
+            temp.fd, json.dumps({"job_id": job_id, "user": user}, sort_keys=True).encode() + b"\n"
+        )
         temp.commit()
     except BaseException as e:
         temp.close()
@@ -201,8 +197,6 @@ def _new_record(state_dir: str, job_id: str, user: str) -> tuple[str, int]:
 
 
 def _spawn(h: Handover, fds: list[int]) -> None:
-    from jobns.launcher.system.fork import spawn
-
     r, w = os.pipe2(os.O_CLOEXEC)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
 
@@ -241,8 +235,6 @@ def release(h: Handover) -> None:
             if n == i == 0:
                 state.pause_point("release-tree")
         if errors:
-            from jobns.launcher.system.log import log
-
             for err in errors:
                 log(f"release: {err} (jobns gc tries again)", h.job_id, h.user, level="error")
             continue  # the record stays: recover and gc try again, and say so
@@ -306,20 +298,18 @@ def _records(state_dir: str) -> list[str]:
 def read(path: str, fd: int) -> tuple[str, str, list[Tree]]:
     """(job id, user, renamed trees) of a record; a line cut short by a crash (the last)
     is left out. JobnsError for a record that is not one."""
-    from jobns.launcher.system.jsonfast import loads
-
     data = b""
     while chunk := os.pread(fd, 1 << 16, len(data)):
         data += chunk
     lines = data.split(b"\n")
     try:
-        head = loads(lines[0])
+        head = json.loads(lines[0])
         if not isinstance(head, dict):
             raise ValueError("no header")
         trees = []
         for line in lines[1:]:
             try:
-                doc = loads(line)
+                doc = json.loads(line)
             except ValueError:
                 continue  # the last line, cut short by a crash (or the empty tail)
             if not isinstance(doc, dict):
@@ -329,17 +319,18 @@ def read(path: str, fd: int) -> tuple[str, str, list[Tree]]:
                 raise ValueError(f"{tree.path} is not a renamed tree")
             trees.append(tree)
         return str(head["job_id"]), str(head["user"]), trees
-    except (ValueError, KeyError, TypeError, AssertionError) as e:
+    except (ValueError, KeyError, TypeError, AssertionError, JobnsError) as e:
         raise JobnsError(f"read release record {path}: {e}") from None
 
 
+@dataclass(slots=True)
 class Finished:
     """What finish_dead did (or, dry, would do) about one record."""
 
-    __slots__ = ("job_id", "problems", "text", "user")
-
-    def __init__(self, job_id: str, user: str, text: str, problems: list[str]) -> None:
-        self.job_id, self.user, self.text, self.problems = job_id, user, text, problems
+    job_id: str
+    user: str
+    text: str
+    problems: list[str]
 
 
 def finish_dead(state_dir: str, dry: bool = False) -> list[Finished]:

@@ -5,8 +5,8 @@ Where the file is: ``--config PATH``, else ``$JOBNS_CONFIG``, else
 apply. A path named explicitly (flag or variable) must exist.
 
 The reference of every key is docs/config.md; jobns/schemas/config.schema.json
-is the contract and is enforced here by launcher.system.validate (cheap) so that the
-task-launch path never imports jsonschema.
+is the contract, checked with jsonschema when a file is parsed (a cache miss: root keeps
+the checked result in CACHE_PATH, so tasks and hooks never import jsonschema).
 """
 
 from __future__ import annotations
@@ -242,10 +242,7 @@ def parse(text: str, source: str) -> dict[str, object]:
 
 
 def check(doc: dict[str, object], source: str) -> None:
-    from jobns.launcher.system.validate import first_error
-    from jobns.schemas.generated import SCHEMAS
-
-    problem = first_error(doc, SCHEMAS["config.schema.json"])
+    problem = schema_error(doc)
     if problem is not None:
         raise JobnsError(f"read config {source}: {problem} (see docs/config.md)")
     _check_text(doc, source, "")
@@ -269,6 +266,94 @@ def check(doc: dict[str, object], source: str) -> None:
     _check_staging(doc, source)
     _check_dirs(doc, source)
     _check_disk_sizes(doc, source)
+
+
+def schema_error(doc: object) -> str | None:
+    """What jobns/schemas/config.schema.json finds wrong with doc, as one line naming the
+    key; None if nothing. Only parsing a file pays jsonschema's import (~100 ms): root
+    keeps the checked result in CACHE_PATH (load), which tasks and hooks read."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    odd = _non_finite(doc, ())
+    if odd is not None:
+        return odd
+    schema = json.loads((Path(__file__).parents[2] / "schemas" / "config.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    if error is None:
+        return None
+    schema_at = error.schema if isinstance(error.schema, dict) else {}
+    known = sorted(schema_at.get("properties", {}))
+    path = tuple(error.absolute_path)
+    return _say(error.validator, error.validator_value, error.instance, path, known)
+
+
+def _where(path: tuple[object, ...]) -> str:
+    """A key's place as an admin writes it (dirs[0].size); a key that is not plain text
+    is quoted, so that the message stays one line whatever the file holds."""
+    out = ""
+    for key in path:
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            k = str(key)
+            plain = k and k.isprintable() and not any(c in k for c in " .[]'\"")
+            out += ("." if out else "") + (k if plain else repr(k))
+    return out or "(top level)"
+
+
+def _say(
+    keyword: object, value: object, instance: object, path: tuple[object, ...], known: list[str]
+) -> str:
+    """One schema error in the words of docs/config.md (known: the keys allowed there)."""
+    where = _where(path)
+    if keyword == "type":
+        names = [value] if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        return f"{where}: must be of type {' or '.join(str(n) for n in names)}"
+    if keyword == "enum":
+        return f"{where}: must be one of {value}"
+    if keyword == "const":
+        return f"{where}: must be {value!r}"
+    if keyword == "minimum":
+        return f"{where}: must be >= {value}"
+    if keyword == "maximum":
+        return f"{where}: must be <= {value}"
+    if keyword == "minLength":
+        return f"{where}: must be at least {value} characters"
+    if keyword == "maxLength":
+        return f"{where}: must be at most {value} characters"
+    if keyword == "minItems":
+        return f"{where}: must have at least {value} items"
+    if keyword == "pattern":
+        return f"{where}: {instance!r} does not match {value!r}"
+    if keyword == "required" and isinstance(instance, dict) and isinstance(value, list):
+        missing = [k for k in value if k not in instance]
+        return f"{where}: missing required key {missing[0]!r}"
+    if keyword == "additionalProperties" and isinstance(instance, dict):
+        unknown = next(k for k in instance if k not in known)
+        return f"{_where((*path, unknown))}: unknown key (allowed: {', '.join(known)})"
+    return f"{where}: does not match any allowed form"
+
+
+def _non_finite(value: object, path: tuple[object, ...]) -> str | None:
+    """TOML has nan and inf, JSON (and every number jobns reads) has not."""
+    if isinstance(value, float) and value - value != 0.0:
+        return f"{_where(path)}: must be a number ({value} is not a number in JSON)"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        found = _non_finite(item, (*path, key))
+        if found is not None:
+            return found
+    return None
 
 
 def _check_text(value: object, source: str, where: str) -> None:

@@ -22,14 +22,12 @@ the job id and %u for its uid; defaults: Slurm's cgroup v2 and v1 layouts).
 
 from __future__ import annotations
 
+import re
 import sys
 
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.job import Job
 from jobns.launcher.system import slurmquery
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.job import Job
 
 UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
 CGROUPS = (
@@ -43,11 +41,9 @@ MAX_TMP = MAX_TMP_MIB * UNITS["M"]
 # names it (12_3 for an array task), its MIN_TMP_DISK (MiB with an M, "0" for none;
 # without --noconvert a release may print 1.50G). Not one of them is text a user chose.
 SQUEUE_FORMAT = "%A %i %d"
-# Matched with re.fullmatch(..., re.ASCII) where used: `re` and `subprocess` (~8 ms) are
-# imported only by a prolog that asks Slurm (tmp_from_slurm), never by every prolog.
-_ROW = r"([0-9]{1,10}) (\S+) (\S{1,40})"
-_SIZE = r"([0-9]{1,12})(?:\.([0-9]{1,2}))?([KMGTP]?)"
-_JOB_ID = r"[0-9]{1,10}(?:_[0-9]{1,10})?"
+_ROW = re.compile(r"([0-9]{1,10}) (\S+) (\S{1,40})", re.ASCII)
+_SIZE = re.compile(r"([0-9]{1,12})(?:\.([0-9]{1,2}))?([KMGTP]?)", re.ASCII)
+_JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10})?", re.ASCII)
 MAX_ANSWER = 1 << 16  # an array job's rows fit; anything longer is not squeue's answer
 
 
@@ -70,9 +66,7 @@ def tmp_bytes(value: str) -> tuple[int | None, str]:
     """Slurm's MIN_TMP_DISK as it prints it (N[.NN][KMGTP], MiB without a unit, like
     --tmp) -> (bytes, "") or (None, "") for no request, or (None, why) for a value that is
     no size Slurm can hold (never an exception: no float, no inf, no nan)."""
-    import re
-
-    m = re.fullmatch(_SIZE, value, re.ASCII)
+    m = _SIZE.fullmatch(value)
     if m is None:
         return None, f"MIN_TMP_DISK {value[:40]!r} is not a size"
     whole, frac, unit = m.groups()
@@ -94,13 +88,11 @@ def parse_squeue(text: str, job_id: str) -> tuple[int | None, str]:
     three fields are numbers and ids only, on Slurm 22.05 to 26.05 (src/squeue/print.c);
     ``scontrol --json`` came only in 23.02 and squeue 22.05's --json ignores --jobs.
     An array job's rows (or a heterogeneous job's) are told apart by the first two."""
-    import re
-
     if len(text) > MAX_ANSWER:
         return None, f"squeue answered {len(text)} characters, more than one job's"
     found: set[str] = set()
     for line in text.splitlines():
-        row = re.fullmatch(_ROW, line.strip(), re.ASCII)
+        row = _ROW.fullmatch(line.strip())
         if row is None:
             return None, f"squeue printed {line[:80]!r}, not JOBID ID MIN_TMP_DISK"
         if job_id in (row[1], row[2]):
@@ -114,9 +106,7 @@ def parse_squeue(text: str, job_id: str) -> tuple[int | None, str]:
 
 def slurm_tmp(job_id: str, bin_dir: str = "") -> int | None:
     """The job's --tmp in bytes (None: none asked, or not learnt: then a warning)."""
-    import re
-
-    if re.fullmatch(_JOB_ID, job_id, re.ASCII) is None:
+    if _JOB_ID.fullmatch(job_id) is None:
         return None  # not a Slurm job id (a standalone job): nothing to ask
     text, problem = slurmquery.squeue(job_id, SQUEUE_FORMAT, bin_dir)
     size, problem = parse_squeue(text, job_id) if text is not None else (None, problem)

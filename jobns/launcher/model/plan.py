@@ -18,6 +18,7 @@ as a unit; the binds point at a tree or at one of its children.
 from __future__ import annotations
 
 from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.fields import Doc
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:
@@ -124,28 +125,38 @@ def tree_record(t: Tree, capacity: int | None = None) -> dict[str, object]:
     return out
 
 
-def tree_from_record(r: dict[str, object]) -> Tree:
-    parents, children = r["parents"], r["children"]
-    assert isinstance(parents, list) and isinstance(children, list)
+def tree_from_record(r: dict[str, object] | Doc, where: str = "job record") -> Tree:
+    """A recorded tree (tree_record's form), each field checked as it is read."""
+    d = r if isinstance(r, Doc) else Doc(r, where, "tree.")
     extra = None
-    target = r.get("target")
-    if isinstance(target, str):
-        options, cap = r.get("options"), r.get("capacity")
+    target = d.string("target", required=False)
+    options = d.strings("options", required=False) or []
+    if any(o not in ("noexec", "ro") for o in options):
+        raise JobnsError(f"{d.where}: '{d.path}options' must name only noexec and ro")
+    backing = d.string("backing", required=False, choices=BACKINGS)
+    if target is not None:
+        if not target.startswith("/") or len(target) < 2:
+            raise JobnsError(f"{d.where}: '{d.path}target' must be an absolute path")
         extra = Extra(
             target,
-            str(r.get("backing", "directory")),
-            cap if isinstance(cap, int) else None,
-            tuple(str(o) for o in options) if isinstance(options, list) else (),
+            backing or "directory",
+            d.integer("capacity", required=False, minimum=1, null=True),
+            tuple(options),
         )
     return Tree(
-        str(r["role"]),
-        str(r["base"]),
-        tuple(parents),
-        str(r["name"]),
-        tuple(children),
-        bool(r["remove"]),
+        str(d.string("role", choices=TREE_ROLES)),
+        str(d.string("base", nonempty=True)),
+        tuple(d.strings("parents") or ()),
+        str(d.string("name", nonempty=True)),
+        tuple(d.strings("children") or ()),
+        bool(d.boolean("remove")),
         extra,
     )
+
+
+# What a recorded tree may be (jobns/schemas/job-state.schema.json "$defs/tree").
+TREE_ROLES = ("local", "shared", "shm", "scratch", "dir")
+BACKINGS = ("directory", "tmpfs", "disk")
 
 
 class Bind:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 
+from jobns.launcher.model.job import LAYOUTS
 from jobns.launcher.model.plan import TMP_TARGETS, Bind, build, tree_from_record, tree_record
 from jobns.launcher.protocol import state as state_mod
 from jobns.launcher.system.errors import JobnsError
+from jobns.launcher.system.fields import Doc
 from jobns.launcher.system.mountinfo import Identity
 
 TYPE_CHECKING = False
@@ -25,6 +27,23 @@ if TYPE_CHECKING:
     from jobns.launcher.model.plan import Plan, Tree
 
 NO_CAPACITIES: dict[str, object] = {"shm": None, "tmp": None}
+# A recorded tree's fields (jobns/schemas/job-state.schema.json "$defs/tree").
+TREE_FIELDS = (
+    "role",
+    "base",
+    "parents",
+    "name",
+    "children",
+    "remove",
+    "capacity",
+    "image",
+    "cover",
+    "made",
+    "mount",
+    "target",
+    "options",
+    "backing",
+)
 
 
 class TreeRecord:
@@ -55,16 +74,22 @@ class TreeRecord:
         self.mount = mount  # None: not mounted yet, or a record of the previous version
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> TreeRecord:
-        cap, image, cover = d.get("capacity"), d.get("image"), d.get("cover")
+    def from_dict(cls, d: dict[str, object] | Doc, where: str = "job record") -> TreeRecord:
+        t = d if isinstance(d, Doc) else Doc(d, where, "tree.")
+        t.closed(TREE_FIELDS)
+        mount = t.obj("mount", required=False)
+        if mount is not None:
+            mount.closed(("id", "dev", "fstype"))
+            mount.integer("id", minimum=1), mount.integer("dev", minimum=0)
+            mount.string("fstype", nonempty=True)
         return cls(
-            tree_from_record(d),
-            cap if isinstance(cap, int) else None,
-            d.get("made", True) is True,
-            image if isinstance(image, str) else None,
-            cover if isinstance(cover, str) else None,
-            mount=Identity.from_dict(d.get("mount")),
-            backing=recorded_backing(d),
+            tree_from_record(t),
+            t.integer("capacity", required=False, minimum=1, null=True),
+            t.boolean("made", required=False) is not False,
+            t.string("image", required=False, nonempty=True),
+            _cover(t),
+            mount=None if mount is None else Identity.from_dict(mount.d),
+            backing=recorded_backing(t.d),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -78,6 +103,13 @@ class TreeRecord:
         if self.mount is not None:
             out["mount"] = self.mount.to_dict()
         return out
+
+
+def _cover(t: Doc) -> str | None:
+    cover = t.string("cover", required=False)
+    if cover is not None and not (cover.isascii() and cover.isdigit()):
+        raise JobnsError(f"{t.where}: '{t.path}cover' must be a mount id (digits)")
+    return cover
 
 
 class Pins:
@@ -101,16 +133,15 @@ class Pins:
         self.pid = pid
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> Pins:
-        def s(k: str) -> str | None:
-            v = d.get(k)
-            return v if isinstance(v, str) else None
-
-        def i(k: str) -> int | None:
-            v = d.get(k)
-            return v if isinstance(v, int) else None
-
-        return cls(s("user"), s("mnt"), i("mnt_dev"), i("mnt_ino"), s("pid"))
+    def from_dict(cls, d: Doc) -> Pins:
+        d.closed(("user", "mnt", "mnt_dev", "mnt_ino", "pid"))
+        return cls(
+            d.string("user", required=False, null=True),
+            d.string("mnt", required=False, null=True),
+            d.integer("mnt_dev", required=False, null=True),
+            d.integer("mnt_ino", required=False, null=True),
+            d.string("pid", required=False),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -125,8 +156,8 @@ class Pins:
 class Record:
     """A job's persisted record (jobns/schemas/job-state.schema.json), typed.
 
-    from_dict checks the schema first (a damaged record is an error, never a guess);
-    to_dict gives the document state.write_record checks and writes."""
+    from_dict checks each field as it reads it (a damaged record is an error, never a
+    guess); to_dict gives the document state.write_record writes."""
 
     __slots__ = (
         "arc",
@@ -191,46 +222,46 @@ class Record:
         self.staging: dict[str, object] | None = None
 
     @classmethod
-    def from_dict(cls, d: object, where: str = "job record", checked: bool = False) -> Record:
-        if not checked:
-            from jobns.launcher.system.validate import first_error
-            from jobns.schemas.generated import SCHEMAS
-
-            problem = first_error(d, SCHEMAS["job-state.schema.json"])
-            if problem is not None:
-                raise JobnsError(f"read {where}: {problem}")
-        assert isinstance(d, dict)
-        user = d["user"]
-        assert isinstance(user, dict)
+    def from_dict(cls, d: object, where: str = "job record") -> Record:
+        """The record document d (named `where` in messages), each field checked as it
+        is read: a damaged record is an error, never a guess."""
+        doc = Doc(d, where)
+        if doc.integer("version") != 1:
+            raise JobnsError(f"{where}: 'version' must be 1 (a record of another jobns)")
+        user = doc.obj("user")
+        assert user is not None
+        user.closed(("name", "uid", "gid"))
         r = cls(
-            str(d["job_id"]),
-            str(user["name"]),
-            int(user["uid"]),
-            int(user["gid"]),
-            str(d["hostname"]),
-            str(d["layout"]),
-            bool(d["no_rm_tmpdir"]),
-            str(d["state"]),
-            float(d["kill_wait"]),
+            str(doc.string("job_id", nonempty=True)),
+            str(user.string("name")),
+            int(user.integer("uid", minimum=0) or 0),
+            int(user.integer("gid", minimum=0) or 0),
+            str(doc.string("hostname")),
+            str(doc.string("layout", choices=LAYOUTS)),
+            bool(doc.boolean("no_rm_tmpdir")),
+            str(doc.string("state", choices=state_mod.STATES)),
+            float(doc.number("kill_wait", minimum=0) or 0.0),
         )
-        r.version = int(d["version"])
-        r.created, r.updated = float(d["created"]), float(d["updated"])
-        r.trees = [TreeRecord.from_dict(t) for t in d["trees"]]
-        r.pins = Pins.from_dict(d["pins"])
-        r.arc = d.get("arc")
-        r.teardown_failures = int(d["teardown_failures"])
-        r.errors = [str(e) for e in d.get("errors", [])]
-        r.history = list(d["history"])
-        r.options = d.get("options")
-        ran = d.get("ran")
-        r.ran = ran if isinstance(ran, bool) else None
-        run = d.get("run")
-        r.run = run if isinstance(run, str) else None
-        prolog_at = d.get("prolog_at")
-        r.prolog_at = float(prolog_at) if isinstance(prolog_at, (int, float)) else None
-        caps = d.get("capacities")
-        r.capacities = caps if isinstance(caps, dict) else dict(NO_CAPACITIES)
-        r.staging = d.get("staging")
+        r.created = float(doc.number("created") or 0.0)
+        r.updated = float(doc.number("updated") or 0.0)
+        r.trees = [TreeRecord.from_dict(t) for t in doc.objects("trees")]
+        pins = doc.obj("pins")
+        assert pins is not None
+        r.pins = Pins.from_dict(pins)
+        r.arc = doc.raw_obj("arc")
+        r.teardown_failures = int(doc.integer("teardown_failures", minimum=0) or 0)
+        r.errors = doc.strings("errors", required=False) or []
+        r.history = [h.d for h in doc.objects("history")]
+        for h in doc.objects("history"):
+            h.string("state")
+            h.number("at")
+        r.options = doc.raw_obj("options")
+        r.ran = doc.boolean("ran", required=False)
+        r.run = doc.string("run", required=False)
+        r.prolog_at = doc.number("prolog_at", required=False)
+        caps = doc.raw_obj("capacities")
+        r.capacities = caps if caps is not None else dict(NO_CAPACITIES)
+        r.staging = doc.raw_obj("staging")
         return r
 
     def to_dict(self) -> dict[str, object]:
@@ -267,7 +298,7 @@ class Record:
     def copy(self) -> Record:
         import copy
 
-        return Record.from_dict(copy.deepcopy(self.to_dict()), checked=True)
+        return Record.from_dict(copy.deepcopy(self.to_dict()))
 
     def set_state(self, new: str) -> None:
         assert new in state_mod.STATES, new
@@ -469,9 +500,11 @@ def load(state_dir: str, job_id: str) -> Record | None:
     doc = state_mod.read_record(state_dir, job_id)
     if doc is None:
         return None
-    return Record.from_dict(
-        doc, f"{state_mod.job_dir(state_dir, job_id)}/{state_mod.STATE}", checked=True
-    )
+    where = f"read job state {state_mod.job_dir(state_dir, job_id)}/{state_mod.STATE}"
+    try:
+        return Record.from_dict(doc, where)
+    except JobnsError as e:
+        raise JobnsError(f"{e}; `jobns teardown --force` removes a broken record") from None
 
 
 def save(state_dir: str, record: Record) -> None:

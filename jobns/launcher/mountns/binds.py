@@ -25,14 +25,13 @@ SECURITY.md rule 6): teardown does it first thing, in any state (launcher.mountn
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
+from jobns.launcher.backing.fs import detach_at
+from jobns.launcher.mountns.namespace import remount_flags
 from jobns.launcher.protocol import state
 from jobns.launcher.system import libc, mountinfo
 from jobns.launcher.system.errors import JobnsError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 AREA = "mounts"
 O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -105,8 +104,6 @@ def keeping(options: tuple[str, ...]) -> Callable[[int], int]:
     has (a bind of an extra directory's cover is ro or noexec already)."""
 
     def flags(fd: int) -> int:
-        from jobns.launcher.mountns.namespace import remount_flags
-
         return remount_flags(os.fstatvfs(fd), options)
 
     return flags
@@ -117,8 +114,6 @@ def release(state_dir: str, job_id: str) -> list[str]:
     point (absent: nothing to do). Lazily: a process that holds a file in one keeps only
     that (rule 6 is kept by the trees' own teardown: an emptied capacity, a shut-down
     image)."""
-    from jobns.launcher.backing.fs import detach_at
-
     try:
         parent = os.open(f"{state_dir}/{AREA}", O_DIR)
     except FileNotFoundError:

@@ -45,19 +45,23 @@ points.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import stat
+import sys
+from collections.abc import Callable
+from errno import ENOSPC
 
+from jobns.launcher.backing.fs import TreeHandle, detach_at
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.environment import job_environment
+from jobns.launcher.model.job import Job
+from jobns.launcher.model.plan import SCRATCH_MODE, Bind, Plan
+from jobns.launcher.mountns import binds
+from jobns.launcher.mountns.binds import O_PATH_DIR, area
+from jobns.launcher.system import files, mountinfo
 from jobns.launcher.system.errors import JobnsError, UserError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.backing.fs import TreeHandle
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.job import Job
-    from jobns.launcher.model.plan import Bind, Plan
 
 KIND = "jobns.dev/job"
 VERSIONS = ("0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0")
@@ -68,8 +72,6 @@ O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class CdiConfig:
-    __slots__ = ("dir", "owner_check", "version")
-
     def __init__(self, config: Config) -> None:
         raw = config.raw.get("cdi")
         section = raw if isinstance(raw, dict) else {}
@@ -149,16 +151,12 @@ def verified_binds(
     Each source is reached again from its tree's parent by name, without following a
     link or entering another file system, and must be the directory setup verified: a
     tree moved or replaced meanwhile refuses her job (UserError), never the node."""
-    from jobns.launcher.mountns import binds
-
     binds.release(state_dir, job_id)  # an interrupted earlier pre-run's
     return mount_points(state_dir, job_id, plan, handles, "cdi", "write the CDI spec of the job")
 
 
 def point_paths(state_dir: str, job_id: str, plan: Plan, sub: str) -> list[tuple[str, str]]:
     """(target, root's mount point) of each of the plan's binds, in the area's sub."""
-    from jobns.launcher.mountns.binds import area
-
     return [(b.target, f"{area(state_dir, job_id)}/{sub}/{name}") for b, name in _names(plan)]
 
 
@@ -173,11 +171,6 @@ def mount_points(
     directory is bound through an fd (launcher.mountns.binds), unless it holds that directory
     already (made by an earlier call: `jobns oci-config` runs once per container).
     doing: what the caller does, for messages."""
-    import fcntl
-
-    from jobns.launcher.backing.fs import detach_at
-    from jobns.launcher.mountns import binds
-
     parent = binds.open_area(state_dir, job_id, sub)
     try:
         fcntl.flock(parent, fcntl.LOCK_EX)  # root's, 0700: only another of root's waits
@@ -206,9 +199,6 @@ def mount_points(
 
 def _holds(parent: int, name: str, src: int) -> bool:
     """Is parent/name a mount point (of root's, in root's area) of the directory at src?"""
-    from jobns.launcher.mountns.binds import O_PATH_DIR
-    from jobns.launcher.system import mountinfo
-
     try:
         fd = os.open(name, O_PATH_DIR, dir_fd=parent)
     except FileNotFoundError:
@@ -226,10 +216,6 @@ def _reach(handle: TreeHandle, child: str, uid: int, doing: str) -> int:
     be what setup verified. O_PATH opens and fdinfo ask no file system anything, so a
     FUSE mount she put there (stalled or not) is told apart by its mount id before
     anything of it is looked at."""
-    from jobns.launcher.model.plan import SCRATCH_MODE
-    from jobns.launcher.mountns.binds import O_PATH_DIR
-    from jobns.launcher.system import mountinfo
-
     path = handle.child_path(child)
     here = mountinfo.mount_id(handle.fd)
     want = os.fstat(handle.fd)
@@ -298,11 +284,6 @@ def _open_dir(path: str, create: bool, check: bool = True) -> int | None:
 def write(c: CdiConfig, job_id: str, doc: dict[str, object]) -> str:
     """Write the spec atomically, 0644 and fsynced (its temporary name is no *.json: CDI
     never reads it); returns its path."""
-    import json
-    from errno import ENOSPC
-
-    from jobns.launcher.system import files
-
     if not device_name_ok(job_id):
         raise JobnsError(
             f"write the CDI spec of job {job_id!r}: not a valid CDI device name "
@@ -328,8 +309,6 @@ def remove(config: Config, job_id: str) -> list[str]:
     """Remove the job's spec (absent: nothing to do), then detach the mount points it
     named (whatever the config says now: they hold the job's trees). Returns error
     messages."""
-    from jobns.launcher.mountns import binds
-
     return _remove_spec(config, job_id) + binds.release(config.state_dir, job_id)
 
 
@@ -364,25 +343,19 @@ def publish(config: Config, job: Job, plan: Plan, handles: list[TreeHandle]) -> 
     if not device_name_ok(job.job_id):
         # Not the node's fault, nor worth failing the job: its tasks work, only CDI cannot
         # name it (Slurm's ids always can).
-        import sys
-
         sys.stderr.write(
             f"jobns: setup {job.job_id}: warning: no CDI spec: the job id is not "
             "a CDI device name (a letter or digit first)\n"
         )
         return None
-    from jobns.launcher.model.environment import job_environment
-
-    binds = verified_binds(config.state_dir, job.job_id, plan, handles)
+    bound = verified_binds(config.state_dir, job.job_id, plan, handles)
     hook = None
     if c.owner_check:
-        import sys
-
         program = os.path.join(os.path.dirname(sys.executable), "jobns")
         opts = ["--config", os.path.abspath(config.source)] if config.source else []
         hook = [program, "hook", *opts, "--job-id", job.job_id, "createRuntime"]
     options = {b.target: b.options for b in plan.binds if b.options}
-    doc = build(c, job.job_id, binds, job_environment(config, job), hook, options)
+    doc = build(c, job.job_id, bound, job_environment(config, job), hook, options)
     return write(c, job.job_id, doc)
 
 

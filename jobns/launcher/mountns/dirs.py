@@ -19,20 +19,19 @@ from __future__ import annotations
 import os
 import sys
 
+from jobns.launcher.backing import fs
+from jobns.launcher.backing.fs import TreeHandle
+from jobns.launcher.model.plan import Bind, Extra, Plan, Tree
+from jobns.launcher.mountns import binds
+from jobns.launcher.protocol import state
+from jobns.launcher.system import libc, mountinfo
 from jobns.launcher.system.errors import JobnsError, UserError
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from jobns.launcher.backing.fs import TreeHandle
-    from jobns.launcher.model.plan import Plan, Tree
-    from jobns.launcher.system.mountinfo import Mount
+from jobns.launcher.system.mountinfo import Mount
 
 
 def for_standalone(plan: Plan) -> Plan:
     """plan with every extra directory a plain one, without those whose base an
     unprivileged caller cannot write; each one left out is said once on stderr."""
-    from jobns.launcher.model.plan import Extra
-
     root = os.geteuid() == 0
     drop: dict[int, str] = {}
     for i, t in enumerate(plan.trees):
@@ -55,8 +54,6 @@ def for_standalone(plan: Plan) -> Plan:
 
 def without(plan: Plan, drop: set[int]) -> Plan:
     """PURE: plan without the trees numbered in drop, and without their binds."""
-    from jobns.launcher.model.plan import Bind, Plan
-
     if not drop:
         return plan
     new_index: dict[int, int] = {}
@@ -65,12 +62,12 @@ def without(plan: Plan, drop: set[int]) -> Plan:
         if i not in drop:
             new_index[i] = len(trees)
             trees.append(t)
-    binds = [
+    kept = [
         Bind(new_index[b.tree], b.child, b.target, b.options)
         for b in plan.binds
         if b.tree in new_index
     ]
-    return Plan(trees, binds, plan.env, plan.task_dirs, plan.owner)
+    return Plan(trees, kept, plan.env, plan.task_dirs, plan.owner)
 
 
 # ---------------------------------------------------------------- ro and noexec, host side
@@ -106,11 +103,6 @@ def covered(tree: Tree) -> bool:
 def cover(handle: TreeHandle, uid: int, gid: int, state_dir: str, job_id: str) -> str:
     """Make the cover of a tree just made (root-owned, its capacity mounted root-owned);
     its mount id, for the record."""
-    from jobns.launcher.backing import fs
-    from jobns.launcher.mountns import binds
-    from jobns.launcher.protocol import state
-    from jobns.launcher.system import libc
-
     tree = handle.tree
     assert tree.extra is not None
     parent = handle.parent_fds[-1]
@@ -159,8 +151,6 @@ def is_cover(m: Mount, tree: Tree) -> bool:
 def _writable(_fd: int) -> int:
     """The fill view's flags: writable (a bind of an `ro` cover copies its ro), and
     nosuid,nodev,noexec: it is for copying files in, nothing else."""
-    from jobns.launcher.system import libc
-
     return libc.MS_REMOUNT | libc.MS_BIND | libc.MS_NOSUID | libc.MS_NODEV | libc.MS_NOEXEC
 
 
@@ -169,9 +159,6 @@ def uncover(tree: Tree, mount_id: str | None) -> list[str]:
     without one, a setup that stopped before recording it: any cover there, is_cover),
     and whatever was mounted on top of it (the job user's FUSE mount on a writable
     one), through O_PATH fds that ask no file system anything. Gone: nothing to do."""
-    from jobns.launcher.backing import fs
-    from jobns.launcher.system import libc, mountinfo
-
     base = fs.open_base(tree.base, f"{tree.role} base")
     try:
         for _ in range(16):
@@ -199,10 +186,6 @@ def fill(state_dir: str, job_id: str, trees: list[tuple[Tree, str | None]]) -> s
     extra directory at <area>/fill<path>, made from the cover found on its tree by its
     recorded mount id; returns <area>/fill, or "" if there is none. trees: (tree, the
     cover's mount id). Removed right after the program (launcher.mountns.binds.release)."""
-    from jobns.launcher.backing import fs
-    from jobns.launcher.mountns import binds
-    from jobns.launcher.system import mountinfo
-
     made = False
     for tree, mount_id in trees:
         if tree.extra is None or mount_id is None:

@@ -29,25 +29,24 @@ host by (st_dev, st_ino) and signals them from outside.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import signal
 import sys
 import time
 
 from jobns.launcher.backing import fs
+from jobns.launcher.backing.fs import TreeHandle
+from jobns.launcher.model.job import Job
+from jobns.launcher.model.plan import Plan
 from jobns.launcher.model.record import Pins
 from jobns.launcher.mountns import namespace
 from jobns.launcher.protocol import state
-from jobns.launcher.system import libc
+from jobns.launcher.system import libc, mountinfo, sysprog
 from jobns.launcher.system.errors import JobnsError
-from jobns.launcher.system.fastimport import set_dumpable, signal
 from jobns.launcher.system.fork import spawn
+from jobns.launcher.system.supervise import signal_all
 from jobns.launcher.system.user import switch_user
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from jobns.launcher.backing.fs import TreeHandle
-    from jobns.launcher.model.job import Job
-    from jobns.launcher.model.plan import Plan
 
 UNKILLABLE_WAIT = 30.0
 NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 0x5, __u64), Linux 6.11+
@@ -66,8 +65,6 @@ def _make_pin(path: str, uid: int) -> None:
 
 def mntns_id(path: str = "/proc/self/ns/mnt") -> int | None:
     """The kernel's 64-bit id of a mount namespace, or None on kernels without the ioctl."""
-    import fcntl
-
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return int.from_bytes(fcntl.ioctl(fd, NS_GET_MNTNS_ID, bytes(8)), sys.byteorder)
@@ -144,7 +141,7 @@ def pin(
             # ptrace this process, there is nothing of root's to take.
             switch_user(job.user.uid, job.user.gid, job.user.groups)
             # After a uid change /proc/self belongs to root; writing uid_map needs this.
-            set_dumpable(True)
+            libc.set_dumpable(True)
             namespace.unshare(userns=True, net_none=False)
         outrank(pinner_id)  # before the binds, so they are made in the final namespace
         namespace.apply_binds(plan, handles, expected)
@@ -238,8 +235,6 @@ def drop_other_pins() -> None:
     """Detach, in this (the job's new) mount namespace, every namespace pin still visible:
     those of another jobns instance's state directory (another config), or anything else
     that pins a namespace. A job must hold no reference to other namespaces."""
-    from jobns.launcher.system import mountinfo
-
     for m in reversed(mountinfo.mounts()):
         if m.fstype == "nsfs":
             try:
@@ -263,8 +258,6 @@ def start_init(job_id: str) -> int:
     process group when the prolog exits) and holds no fd (launcher.system.fork). Signals from
     inside the namespace cannot reach a PID 1 without handlers; when teardown SIGKILLs it
     from the host, the kernel kills every process of the namespace."""
-    from jobns.launcher.system import sysprog
-
     sleep = sysprog.find("sleep")  # in root's mount namespace: root's directories only
     libc.unshare(libc.CLONE_NEWPID)
 
@@ -356,8 +349,6 @@ def _ns_id(path: str) -> NsId | None:
 
 def _below(path: str, userns: NsId, host: NsId | None) -> bool:
     """Is the user namespace at path `userns` or nested below it?"""
-    import fcntl
-
     mine = _ns_id(path)
     if mine is None or mine == host:
         return False  # the host's: most processes, and never the job's
@@ -393,8 +384,6 @@ def userns_of(pinned: Pins) -> tuple[int, NsId] | None:
         fd = os.open(pinned.user, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    import fcntl
-
     try:
         fcntl.ioctl(fd, NS_GET_NSTYPE)  # ENOTTY: the bare pin file, already unpinned
     except OSError:
@@ -413,8 +402,6 @@ def terminate_namespace(
     pids = processes_in_namespace(dev, ino, userns, pidns)
     if not pids:
         return []
-    from jobns.launcher.system.supervise import signal_all  # the prolog never needs it
-
     init = _inits(pids, pidns)
     signal_all(pids, signal.SIGCONT)
     signal_all(pids, signal.SIGTERM)
@@ -465,8 +452,6 @@ def pidns_of(pinned: Pins) -> tuple[int, int] | None:
         fd = os.open(pinned.pid, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    import fcntl
-
     try:
         if fcntl.ioctl(fd, NS_GET_NSTYPE) == libc.CLONE_NEWPID:
             return fd, os.fstat(fd).st_ino

@@ -28,86 +28,64 @@ crash or restart (``jobns recover``) replays exactly the same operations:
 
 from __future__ import annotations
 
-from jobns.launcher.model.job import safe_component
-from jobns.launcher.model.plan import Tree
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from jobns.launcher.model.config import STAGE_TIMEOUT, Config
+from jobns.launcher.model.directives import (
+    DirectiveError,
+    Directives,
+    Stage,
+    Symbols,
+    confine,
+    normalise,
+    substitute,
+)
+from jobns.launcher.model.job import Job, safe_component
+from jobns.launcher.model.plan import Plan, Tree, tree_from_record, tree_record
 from jobns.launcher.system.errors import JobnsError
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.directives import Directives, Stage, Symbols
-    from jobns.launcher.model.job import Job
-    from jobns.launcher.model.plan import Plan
 
 JOB_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
+@dataclass(slots=True)
 class Copy:
     """One stage_in/stage_out directive, resolved to host paths."""
 
-    __slots__ = ("destination", "line", "source")
-
-    def __init__(self, source: str, destination: str, line: str) -> None:
-        self.source = source
-        self.destination = destination
-        self.line = line
+    source: str
+    destination: str
+    line: str
 
     def record(self) -> dict[str, str]:
         return {"source": self.source, "destination": self.destination, "line": self.line}
 
 
+@dataclass(slots=True)
 class Staging:
     """Everything a job stages; recorded as the job record's "staging" object."""
 
-    __slots__ = (
-        "link_stdio",
-        "movetool",
-        "runtime_scratchdir",
-        "scratch_dir",
-        "scratch_tree",
-        "session_dir",
-        "stage_in",
-        "stage_out",
-        "stdio",
-        "timeout",
-    )
+    session_dir: str | None = None
+    scratch_tree: Tree | None = None
+    runtime_scratchdir: str = ""
+    stdio: list[str] = field(default_factory=list)
+    link_stdio: bool = True
+    movetool: str = ""
+    timeout: float = 0.0
+    stage_in: list[Copy] = field(default_factory=list)
+    stage_out: list[Copy] = field(default_factory=list)
+    scratch_dir: str | None = field(init=False)  # the scratch tree's path
 
-    def __init__(
-        self,
-        session_dir: str | None = None,
-        scratch_tree: Tree | None = None,
-        runtime_scratchdir: str = "",
-        stdio: list[str] | None = None,
-        link_stdio: bool = True,
-        movetool: str = "",
-        timeout: float = 0.0,
-        stage_in: list[Copy] | None = None,
-        stage_out: list[Copy] | None = None,
-    ) -> None:
-        self.session_dir = session_dir
-        self.scratch_tree = scratch_tree
-        self.scratch_dir = scratch_tree.path if scratch_tree is not None else None
-        self.runtime_scratchdir = runtime_scratchdir
-        self.stdio = stdio or []
-        self.link_stdio = link_stdio
-        self.movetool = movetool
-        self.timeout = timeout
-        self.stage_in = stage_in or []
-        self.stage_out = stage_out or []
+    def __post_init__(self) -> None:
+        self.scratch_dir = self.scratch_tree.path if self.scratch_tree is not None else None
 
     @property
     def deadline(self) -> float:
         """Seconds each staging worker may run ([staging] timeout); a record of a version
         that had no such bound says 0, which gets the default: no worker is unbounded."""
-        from jobns.launcher.model.config import STAGE_TIMEOUT
-
         return self.timeout if self.timeout > 0 else STAGE_TIMEOUT
 
     def record(self) -> dict[str, object]:
-        from jobns.launcher.model.plan import tree_record
-
         return {
             "session_dir": self.session_dir,
             "scratch_dir": self.scratch_dir,
@@ -125,8 +103,6 @@ class Staging:
     def from_record(cls, rec: object) -> Staging | None:
         if not isinstance(rec, dict):
             return None
-        from jobns.launcher.model.plan import tree_from_record
-
         tree = rec.get("scratch_tree")
         timeout = rec.get("timeout", 0.0)
 
@@ -183,8 +159,6 @@ def symbols_for(job: Job, environ: Mapping[str, str]) -> Symbols:
             raise JobnsError(f"{name}={value!r} is not a number; is this a Slurm job?")
         return value
 
-    from jobns.launcher.model.directives import Symbols
-
     workdir = environ.get("SLURM_JOB_WORK_DIR") or environ.get("SLURM_SUBMIT_DIR") or None
     return Symbols(
         job_id=job.job_id,
@@ -201,8 +175,6 @@ def session_dir_from(
 ) -> tuple[str | None, str | None]:
     """(session directory, note): from --session-dir (errors are errors) or the
     [staging] session_dir template (a path outside session_roots: not an ARC job)."""
-    from jobns.launcher.model.directives import DirectiveError, normalise, substitute
-
     roots = config.staging.session_roots
     if flag:
         return _session_dir(flag, roots, "--session-dir"), None
@@ -217,8 +189,6 @@ def session_dir_from(
 
 
 def _session_dir(path: str, roots: list[str], what: str) -> str:
-    from jobns.launcher.model.directives import DirectiveError, confine
-
     if not roots:
         raise JobnsError(
             f"{what} {path!r}: no [staging] session_roots are configured; ask the administrator"
@@ -313,8 +283,6 @@ def _check_movetool(movetool: str) -> None:
     itself would break that, so refuse the two usual ones."""
     if not movetool:
         return
-    import shlex
-
     argv = shlex.split(movetool)
     if argv and (argv[0].rsplit("/", 1)[-1] == "mv" or "--remove-source-files" in argv):
         raise JobnsError(

@@ -8,24 +8,21 @@ options, $JOBNS_FILL<path>, the one way to fill an `ro` one (launcher.mountns.di
 from __future__ import annotations
 
 import os
+import shlex
+import signal
+import subprocess
 import sys
 
-from jobns.launcher.model.record import host_dirs, job_of
+from jobns.launcher.model.config import Config
+from jobns.launcher.model.environment import job_environment
+from jobns.launcher.model.record import Record, host_dirs, job_of
 from jobns.launcher.staging.model import Staging
-from jobns.launcher.system import sysprog
-from jobns.launcher.system.fastimport import set_pdeathsig, signal
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from jobns.launcher.model.config import Config
-    from jobns.launcher.model.record import Record
+from jobns.launcher.system import libc, sysprog
 
 
 def program_env(config: Config, record: Record, phase: str) -> dict[str, str]:
     """The pre-run/post-run environment: the job's own variables (paths as the job sees
     them), Slurm's prolog/epilog variables, and JOBNS_* with the host paths."""
-    from jobns.launcher.model.environment import job_environment
-
     job = job_of(record)
     # Root's fixed PATH (launcher.system.sysprog), never the caller's: slurmd gives none.
     env = {"PATH": sysprog.PATH, "LANG": "C.UTF-8"}
@@ -66,9 +63,6 @@ def run_program(
     command = getattr(config.lifecycle, key)
     if not command:
         return None
-    import shlex
-    import subprocess
-
     argv = shlex.split(command)
     timeout = config.lifecycle.program_timeout
     sys.stderr.flush()
@@ -85,7 +79,7 @@ def run_program(
             cwd="/",
             process_group=0,
             env={**program_env(config, record, phase), **(more or {})},
-            preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),
+            preexec_fn=lambda: libc.set_pdeathsig(signal.SIGKILL),
         )
     except OSError as e:
         return f"{phase} program {argv[0]}: {e.strerror}; fix [lifecycle] {key}"

@@ -8,24 +8,18 @@ stopped FUSE server) can stall the worker, which is then killed, never root."""
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 
-from jobns.launcher.model.record import user_ids
+from jobns.launcher.model.record import Record, user_ids
 from jobns.launcher.staging import transfer
+from jobns.launcher.staging.model import Staging
 from jobns.launcher.system.errors import UserError, warn
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from jobns.launcher.model.record import Record
-    from jobns.launcher.staging.model import Staging
 
 
 def check_session_dir(record: Record, staging: Staging) -> None:
     """The session directory must be a real directory of the job user's (root looks,
     without following a symlink in its last component)."""
-    import stat
-
     path = staging.session_dir
     if path is None:
         return

@@ -32,14 +32,25 @@ Names starting with ``.jobns-part-`` are reserved for part files.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
+import pwd
+import re
+import select
+import shlex
+import signal
 import stat
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
+from typing import Self
 
-from jobns.launcher.system import removal
+from jobns.launcher.system import libc, removal, sysprog
 from jobns.launcher.system.errors import JobnsError
-from jobns.launcher.system.fastimport import set_pdeathsig, signal
+from jobns.launcher.system.fork import spawn
+from jobns.launcher.system.user import switch_user
 
 PART = ".jobns-part-"
 PAUSE_VAR = "JOBNS_TEST_PAUSE_IN"
@@ -53,11 +64,6 @@ MAX_LINES = 50
 MAX_LINE = TOOL_OUTPUT_TAIL + 500  # a movetool's output tail and what it failed on
 MAX_TOTAL = 20000
 MAX_REPORT = 1 << 20  # bytes of a worker's report root reads (it is the job user's)
-
-TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-    from typing import Self
 
 Result = dict[str, object]
 
@@ -85,8 +91,6 @@ def clip(line: str) -> str:
 class Lines(list[str]):
     """Errors or warnings, bounded as they are collected (see MAX_LINES): the first ones
     kept in order, and how many more there were."""
-
-    __slots__ = ("dropped", "size")
 
     def __init__(self) -> None:
         super().__init__()
@@ -121,8 +125,6 @@ class Lines(list[str]):
 
 
 def part_name(name: str) -> str:
-    import hashlib  # only staging pays for it (~3 ms), not every setup and teardown
-
     return PART + hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
 
 
@@ -181,16 +183,12 @@ def open_dir_path(path: str) -> int:
 
 def open_stage_path(path: str, flags: int) -> int:
     """Open a directive's path, following symbolic links but no magic link (ELOOP)."""
-    from jobns.launcher.system import libc
-
     return libc.openat2(libc.AT_FDCWD, path, flags | os.O_CLOEXEC, libc.RESOLVE_NO_MAGICLINKS)
 
 
 def open_stage_dir(path: str) -> int:
     """A directive's destination directory, made (0700) where missing, like
     os.makedirs but every existing component opened without magic links."""
-    from jobns.launcher.system import libc
-
     flags = os.O_RDONLY | os.O_DIRECTORY
     missing: list[str] = []
     here = path
@@ -222,8 +220,6 @@ def _unescape(field: str) -> str:
     """/proc/self/mountinfo writes space, tab, newline and backslash as \\ooo."""
     if "\\" not in field:
         return field
-    import re
-
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
@@ -467,10 +463,6 @@ class Transfer:
         self._settle(sfd, dfd, spath, dpath, copied)
 
     def _move_with_tool(self, sfd: int, dfd: int, name: str, spath: str, dpath: str) -> None:
-        import subprocess
-
-        from jobns.launcher.system import sysprog
-
         assert self.movetool is not None
         src, part = f"{spath}/{name}", part_name(name)
         part_path = f"{dpath}/{part}"
@@ -496,7 +488,7 @@ class Transfer:
                 env=sysprog.environment(_tool_env()),
                 check=False,
                 timeout=self._left(),
-                preexec_fn=lambda: set_pdeathsig(signal.SIGKILL),
+                preexec_fn=lambda: libc.set_pdeathsig(signal.SIGKILL),
             )
             failure = (
                 None
@@ -881,8 +873,6 @@ def _tail(data: bytes | str) -> str:
 
 
 def _tool_env() -> dict[str, str]:
-    import pwd
-
     try:
         pw = pwd.getpwuid(os.getuid())
         home, name = pw.pw_dir, pw.pw_name
@@ -930,9 +920,6 @@ def as_user(
     polls the worker's pipes, never touches the user's files, so a file system she
     serves (a stopped FUSE server) can stall the worker but never root. When it passes,
     the worker's process group is killed and OutOfTime raised."""
-    from jobns.launcher.system.fork import spawn
-    from jobns.launcher.system.user import switch_user
-
     r, w = os.pipe2(os.O_CLOEXEC)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -942,7 +929,7 @@ def as_user(
     def worker() -> None:
         switch_user(uid, gid, groups)
         # After the uid change: changing credentials clears the parent-death signal.
-        set_pdeathsig(signal.SIGKILL)  # a killed jobns must not leave it running
+        libc.set_pdeathsig(signal.SIGKILL)  # a killed jobns must not leave it running
         if os.getppid() != parent:
             os._exit(1)
         os.umask(0o077)
@@ -951,8 +938,6 @@ def as_user(
             result = work()
         except BaseException as e:
             result = {"errors": [f"{what}: {e}"], "warnings": []}
-        import json
-
         data = json.dumps(result).encode()
         while data:
             data = data[os.write(w, data) :]
@@ -998,8 +983,6 @@ def as_user(
     if failure is not None:
         return {"errors": [f"{what}: {failure}"], "warnings": []}
     try:
-        import json
-
         result = json.loads(report)
         assert isinstance(result, dict)
         return result
@@ -1016,8 +999,6 @@ def _read_worker(r: int, report_fd: int, end: float | None) -> tuple[bytes | Non
     """Read the worker's result pipe and its fork report pipe until both are closed or
     `end` (monotonic) passes: (result, or None if over MAX_REPORT; fork report; whether
     both closed). Closes both fds."""
-    import select
-
     chunks: list[bytes] = []
     size = 0
     failure = b""
@@ -1114,8 +1095,6 @@ def _lines_of(result: Result, key: str) -> list[str]:
 def split_movetool(movetool: str) -> list[str] | None:
     if not movetool:
         return None
-    import shlex
-
     try:
         argv = shlex.split(movetool)
     except ValueError as e:

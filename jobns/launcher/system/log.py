@@ -4,7 +4,7 @@ Slurm discards a prolog's and an epilog's output, so what jobns does on a node a
 every failure also go where administrators look: one line per action, with the job id
 and user, as `jobns[PID]: <command> job=<id> user=<name>: <what>` (facility daemon;
 `journalctl -t jobns`, or /var/log/syslog with rsyslog). Never on the `jobns run` path:
-only the root commands import this module, and only when they log.
+only the root commands import this module.
 
 Test hook (docs/admin.md "Logs"): with JOBNS_TEST_SYSLOG_SOCKET=<path> in root's environment the
 lines go, in the same RFC 3164 form the C library sends to /dev/log, to that datagram
@@ -74,7 +74,7 @@ def log(
 
 
 def _send_test(path: str, priority: int, text: str) -> None:
-    import socket
+    import socket  # only under the test hook: warn() may log from the OCI hook (hot set)
     import time
 
     stamp = time.strftime("%b %e %H:%M:%S")

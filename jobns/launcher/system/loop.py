@@ -22,6 +22,7 @@ import errno
 import fcntl
 import os
 import struct
+from dataclasses import dataclass
 
 LOOP_CTL_GET_FREE = 0x4C82
 LOOP_CONFIGURE = 0x4C0A
@@ -89,14 +90,14 @@ def backing(name: str) -> str | None:
         return None
 
 
+@dataclass(slots=True)
 class Device:
     """A loop device and its backing file as sysfs names it (path without the
     " (deleted)" suffix; deleted: the kernel added it, the file was unlinked)."""
 
-    __slots__ = ("deleted", "dev", "path")
-
-    def __init__(self, dev: str, path: str, deleted: bool) -> None:
-        self.dev, self.path, self.deleted = dev, path, deleted
+    dev: str
+    path: str
+    deleted: bool
 
     def size(self) -> int:
         """Bytes the device offers (what its file system may fill), 0 if gone."""

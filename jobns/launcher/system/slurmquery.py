@@ -7,6 +7,8 @@ means is the caller's to read (launcher.model.jobsize parses squeue's).
 
 from __future__ import annotations
 
+import subprocess
+
 from jobns.launcher.system import sysprog
 
 TIMEOUT = 10  # seconds: a controller that does not answer by then is not waited for
@@ -15,8 +17,6 @@ TIMEOUT = 10  # seconds: a controller that does not answer by then is not waited
 def squeue(job_id: str, fields: str, bin_dir: str = "") -> tuple[str | None, str]:
     """What ``squeue -h --noconvert -a -t all --jobs=JOB_ID -o FIELDS`` prints: (its
     output, "") or (None, why) when it could not run or failed (why: one clean line)."""
-    import subprocess  # ~8 ms: only for a prolog that asks Slurm
-
     cmd = ["squeue", "-h", "--noconvert", "-a", "-t", "all", f"--jobs={job_id}"]
     cmd += ["-o", fields]
     try:

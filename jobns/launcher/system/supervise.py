@@ -23,8 +23,9 @@ from jobns.launcher.system.errors import (
     EXIT_SIGNAL_BASE,
     JobnsError,
 )
-from jobns.launcher.system.fastimport import set_child_subreaper, set_pdeathsig, signal
+from jobns.launcher.system.fastimport import signal
 from jobns.launcher.system.fork import spawn
+from jobns.launcher.system.libc import set_child_subreaper, set_pdeathsig
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; mypy honours the name
 if TYPE_CHECKING:

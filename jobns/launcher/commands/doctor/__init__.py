@@ -45,8 +45,10 @@ from jobns.launcher.commands.doctor.slurmconf import (
 )
 from jobns.launcher.commands.doctor.spank_plugin import enforcement_problems
 from jobns.launcher.commands.doctor.ssh import DEFAULT_SSHD_PAM, sshd_pam
+from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import Options
+from jobns.launcher.mountns.cdi import settings
 from jobns.launcher.system.errors import EXIT_JOBNS_FAILED, JobnsError
 
 __all__ = [
@@ -193,8 +195,6 @@ def slurm_conf_path(given: object = None) -> str:
 
 
 def main(opts: Options, _command: list[str]) -> int:
-    from jobns.launcher.lifecycle.lifecycle import require_root
-
     require_root("doctor")
     slurm_conf = slurm_conf_path(opts.get("slurm_conf"))
     use_slurm = not opts.get("no_slurm")
@@ -209,8 +209,6 @@ def main(opts: Options, _command: list[str]) -> int:
             "was checked (every check needs the config): run jobns doctor again after fixing it"
         )
         return EXIT_JOBNS_FAILED
-    from jobns.launcher.mountns.cdi import settings
-
     cdi_conf = settings(config)
     cdi_dir = str(opts.get("cdi_dir") or (cdi_conf.dir if cdi_conf else DEFAULT_CDI_DIR))
     found = check(config, slurm_conf, cdi_dir, cdi_conf is not None, use_slurm=use_slurm)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
+from jobns.launcher.backing.diskimage import base_of
 from jobns.launcher.commands.doctor.common import (
     NETWORK_FS,
     NOTE,
@@ -16,12 +17,11 @@ from jobns.launcher.commands.doctor.common import (
     path_guarded,
 )
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.model.capacity import tmp_backing
 
 
 def disk_users(config: config_mod.Config) -> list[str]:
     """What in the config makes disk images (each needs loop devices and mkfs)."""
-    from jobns.launcher.model.capacity import tmp_backing
-
     users = ['[capacity] tmp_backing = "disk"'] if tmp_backing(config) == "disk" else []
     return users + [f"[[dirs]] {d.path}" for d in config.dirs if d.backing == "disk"]
 
@@ -91,8 +91,6 @@ def scratch_base(config: config_mod.Config) -> list[Finding]:
     lock in state_dir), and the images themselves are root's 0600."""
     if config.capacity.get("tmp_backing") != "disk":
         return []
-    from jobns.launcher.backing.diskimage import base_of
-
     path = base_of(config)
     what = f"[capacity] scratch_base {path}"
     try:

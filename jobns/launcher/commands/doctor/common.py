@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import stat
 
+from jobns.launcher.system.mountinfo import mounts
+
 OK, NOTE, PROBLEM = "ok", "note", "problem"
 
 NETWORK_FS = {
@@ -33,8 +35,6 @@ Finding = tuple[str, str]
 
 def fs_type(path: str) -> str:
     """The type of the file system path is on (the deepest mount above it)."""
-    from jobns.launcher.system.mountinfo import mounts
-
     real = os.path.realpath(path)
     best, kind = "", "?"
     for m in mounts():

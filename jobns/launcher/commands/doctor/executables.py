@@ -5,18 +5,18 @@ and Slurm's squeue."""
 from __future__ import annotations
 
 import os
+import shlex
 
+from jobns.launcher.backing import diskimage
 from jobns.launcher.commands.doctor.capacity import disk_users
 from jobns.launcher.commands.doctor.common import NOTE, OK, PROBLEM, Finding
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.system import sysprog
 
 
 def disk_programs(config: config_mod.Config) -> list[Finding]:
     """mkfs.<fs_type> where a disk backing is configured: without it every job with a
     disk capacity fails its prolog (the node drains)."""
-    from jobns.launcher.backing import diskimage
-    from jobns.launcher.system import sysprog
-
     users = disk_users(config)
     if not users:
         return []
@@ -34,8 +34,6 @@ def pid_namespace(config: config_mod.Config) -> list[Finding]:
         return []
     if not config.enforce:
         return [(PROBLEM, config_mod.PID_NS_IGNORED)]
-    from jobns.launcher.system import sysprog
-
     try:
         sleep = sysprog.find("sleep")
     except sysprog.NotFound as e:
@@ -47,10 +45,6 @@ def programs(config: config_mod.Config) -> list[Finding]:
     """The site's programs: [lifecycle] pre_run/post_run (root runs them: only root may
     replace them; one that cannot run fails every prolog, and the node drains) and
     [arc] movetool (the job user runs it; staging fails without it)."""
-    import shlex
-
-    from jobns.launcher.system import sysprog
-
     named = [
         ("[lifecycle] pre_run", config.lifecycle.pre_run, True),
         ("[lifecycle] post_run", config.lifecycle.post_run, True),
@@ -80,8 +74,6 @@ def slurm_commands(config: config_mod.Config, conf: str) -> list[Finding]:
     """Slurm's commands jobns runs, where root finds them (launcher.system.sysprog, then
     [slurm] bin_dir first): squeue for tmp_from_slurm (without it every job gets the
     site default) and for gc on a Slurm node (without it gc judges by records)."""
-    from jobns.launcher.system import sysprog
-
     wanted = []
     if config.capacity.get("tmp_from_slurm") == "scontrol":
         wanted.append(("squeue", '[capacity] tmp_from_slurm = "scontrol"', PROBLEM))

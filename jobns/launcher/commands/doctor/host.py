@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from jobns.launcher.commands.doctor.common import OK, PROBLEM, Finding
+from jobns.launcher.system.mountinfo import propagation_warning
 
 
 def kernel(proc_sys: str = "/proc/sys") -> list[Finding]:
@@ -82,8 +83,6 @@ def in_container(root: str = "/") -> str:
 
 
 def propagation() -> list[Finding]:
-    from jobns.launcher.system.mountinfo import propagation_warning
-
     warning = propagation_warning()
     if warning:
         return [(PROBLEM, warning.replace("; make it shared", "; fix: make it shared", 1))]

@@ -6,6 +6,7 @@ PMIxCliTmpDirBase, X11Parameters)."""
 from __future__ import annotations
 
 import os
+import platform
 
 from jobns.launcher.commands.doctor.common import NOTE, OK, PROBLEM, Finding, _inside_any
 from jobns.launcher.commands.doctor.slurm_versions import _plugin_version, _slurmd_version
@@ -72,8 +73,6 @@ def _jobns_container(
 ) -> list[Finding]:
     """jobns's job_container/namespace plugin, configured: installed, built for exactly
     this Slurm, and what its release needs besides."""
-    import platform
-
     multiarch = f"{platform.machine()}-linux-gnu"
     dirs = (values.get("plugindir") or f"/usr/lib/{multiarch}/slurm-wlm").split(":")
     name = ours.replace("/", "_") + ".so"

@@ -19,6 +19,9 @@ from jobns.launcher.commands.doctor.common import (
     path_guarded,
 )
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.model.dirpath import fixed_part
+from jobns.launcher.protocol import state
+from jobns.launcher.system import libc
 from jobns.launcher.system.errors import JobnsError
 
 
@@ -70,8 +73,6 @@ def state_dir(path: str) -> list[Finding]:
 
 def _acl_problem(directory: str) -> str:
     """Try the ACL jobns sets (launcher.protocol.state.grant) on a scratch file in directory."""
-    from jobns.launcher.protocol import state
-
     name = f"{directory.rstrip('/')}/.jobns-doctor-{os.getpid()}"
     try:
         fd = os.open(
@@ -190,9 +191,6 @@ def extra_dir(d: config_mod.DirConfig) -> list[Finding]:
     """A [[dirs]] entry: its path must be a directory on the host reached without a
     symbolic link (the job's bind needs a mount point there); its base is checked like
     the others, and must be writable by root only for a disk backing (its images)."""
-    from jobns.launcher.model.dirpath import fixed_part
-    from jobns.launcher.system import libc
-
     what = f"[[dirs]] path {d.path}"
     point = fixed_part(d.path)  # a path with %j or %u: the part every job shares
     per_job: list[Finding] = []

@@ -20,6 +20,7 @@ from jobns.launcher.commands.doctor.slurmconf import (
 )
 from jobns.launcher.commands.doctor.spank_plugin import SPANK_PLUGIN, spank, spank_build
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.system import sysprog
 
 
 def installed_jobns() -> str:
@@ -32,8 +33,6 @@ def installed_jobns() -> str:
 def scripts_by_name(conf: str) -> list[Finding]:
     """slurmd runs the Prolog and Epilog with no PATH: a script that runs jobns by a name
     the shell's default search does not find fails every job (the node drains)."""
-    from jobns.launcher.system import sysprog
-
     try:
         values = slurm_conf_values(conf)
     except OSError:

@@ -3,13 +3,14 @@ built for (its `plugin_version` symbol, read from the ELF file without loading i
 
 from __future__ import annotations
 
+import struct
+import subprocess
+
+from jobns.launcher.system import sysprog
+
 
 def _slurmd_version() -> str:
     """The Slurm release of this node's slurmd ("22.05.8"), or "" if there is none."""
-    import subprocess
-
-    from jobns.launcher.system import sysprog
-
     try:
         r = subprocess.run(
             [sysprog.find("slurmd"), "-V"],
@@ -32,8 +33,6 @@ ELFCLASS64, ELFDATA2MSB, SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 2, 2, 2, 11, 8
 def _plugin_version(path: str) -> str | None:
     """`plugin_version` of a Slurm plugin ("22.05.8"), read from the ELF file without
     loading it (loading runs its constructors, as root); None if it has no such symbol."""
-    import struct
-
     try:
         with open(path, "rb") as f:
             data = f.read(64 << 20)

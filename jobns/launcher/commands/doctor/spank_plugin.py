@@ -4,6 +4,7 @@ and the hint that enables it (the packaged plugstack.conf.d line, or the from-so
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import sys
@@ -32,8 +33,6 @@ def enable_plugin_hint(plugstack: str, packaged: str = PACKAGED_PLUGSTACK) -> st
     """How to make plugstack load the plugin on this node: the package's way (uncomment
     the line jobns-slurm ships, which Debian's plugstack.conf includes) where that file
     is installed, else the from-source line."""
-    import fnmatch
-
     so = installed_spank_plugin()
     lines = [ln.strip() for ln in (_regular_text(packaged) or "").splitlines()]
     active = any(ln.split()[:1] == ["required"] for ln in lines)
