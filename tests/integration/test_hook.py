@@ -590,7 +590,7 @@ def nothing_left(box: Sandbox, c: Container, mounts_before: list[str]) -> None:
         (b"", "OCI state on stdin: it is empty"),
         (b"{]", "OCI state on stdin: not JSON"),
         (b'{"ociVersion": "1", "id": "x", "status": "creating", "pid": 1}', "names no bundle"),
-        (b'{"ociVersion": "1", "id": "x", "status": 5, "bundle": "/b"}', "status: must be one of"),
+        (b'{"ociVersion": "1", "id": "x", "status": 5, "bundle": "/b"}', "'status' must be one of"),
         (
             b'{"ociVersion": "1", "id": "../x", "status": "creating", "bundle": "/b", "pid": 1}',
             "container id '../x' is not a safe path component",

@@ -1,8 +1,8 @@
 """`jobns helper`: the resident helper that runs the prolog's setup and the epilog's
 teardown from an interpreter already started (docs/admin.md "The resident helper").
 
-A `jobns setup` costs ~40 ms in a node, of which the interpreter's start and jobns's
-imports are ~25 ms; the helper pays them once. The packaged prolog and epilog
+A `jobns setup` costs ~42 ms here, of which the interpreter's start and jobns's
+imports are ~35 ms; the helper pays them once. The packaged prolog and epilog
 (jobns/slurm/scripts/) hand it a job when it runs, and fall back to starting jobns themselves
 when it does not:
 

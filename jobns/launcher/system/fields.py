@@ -62,10 +62,10 @@ class Doc:
         v = self._get(key, required)
         if v is _MISSING or (null and v is None):
             return None
+        if choices is not None and (not isinstance(v, str) or v not in choices):
+            raise self._bad(key, f"one of {', '.join(sorted(choices))} (it is {v!r})")
         if not isinstance(v, str) or (nonempty and not v):
             raise self._bad(key, "a non-empty string" if nonempty else "a string")
-        if choices is not None and v not in choices:
-            raise self._bad(key, f"one of {', '.join(sorted(choices))} (it is {v!r})")
         return v
 
     def integer(
