@@ -40,13 +40,15 @@ if TYPE_CHECKING:
     from jobns.launcher.model.job import Job
     from jobns.launcher.system.files import Temporary
 
-HOLDS = "holds"
 VERSION = "1"
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 WAIT = 120.0  # seconds poststop waits for a holder (it may be removing a large tree)
 
 
 def holds_dir(state_dir: str) -> str:
+    # Imported here: poststop may finish without the rest of the state protocol.
+    from jobns.launcher.protocol.state import HOLDS
+
     return f"{state_dir}/{HOLDS}"
 
 
@@ -225,7 +227,7 @@ def prepare(state_dir: str, job: Job, cid: str, pid: int, bundle: str) -> Pendin
 
     state_fd = os.open(state_dir, O_DIR)
     try:
-        top = _ensure_dir(state_fd, HOLDS, holds_dir(state_dir))
+        top = _ensure_dir(state_fd, state.HOLDS, holds_dir(state_dir))
     finally:
         os.close(state_fd)
     try:

@@ -157,12 +157,9 @@ def _node_lock(config: Config, base: str, what: str) -> tuple[int, list[tuple[st
     return lock, bases
 
 
-LOCKS = "locks"
-
-
 def _lock_file(state_dir: str, name: str) -> int:
     """An fd of <state_dir>/locks/name (root's 0600, in root's 0700 directory)."""
-    where = f"{state_dir}/{LOCKS}"
+    where = f"{state_dir}/{state.LOCKS}"
     state.ensure_state_dir(state_dir)
     try:
         try:

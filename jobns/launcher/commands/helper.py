@@ -45,10 +45,6 @@ from jobns.launcher.model.inputs import Options
 from jobns.launcher.protocol import state
 from jobns.launcher.system.errors import JobnsError, warn
 
-HELPER = "helper"
-REQUESTS = "requests"
-DOORBELL = "doorbell"
-PID = "pid"
 END = "JOBNS_END=1"
 EPILOG_AT = "JOBNS_EPILOG_AT"  # launcher.commands.teardown.epilog_time reads it
 VERBS = ("setup", "teardown")  # setup first: a job's teardown waits on its lock anyway
@@ -134,18 +130,18 @@ def order(names: list[str]) -> list[str]:
 
 
 def main(opts: Options, _command: list[str]) -> int:
-    require_root(HELPER)
+    require_root("helper")  # the command, not the directory
     flag = str(opts["config"]) if opts.get("config") else None
     config = config_mod.load(flag)
     for module in WARM:
         importlib.import_module(module)
-    top = f"{config.state_dir}/{HELPER}"
+    top = f"{config.state_dir}/{state.HELPER}"
     bell = _prepare(config.state_dir, top)
     signal.signal(signal.SIGTERM, lambda *_: _stop(top))
     signal.signal(signal.SIGINT, lambda *_: _stop(top))
     warn(f"helper: taking setups and teardowns from {top} (pid {os.getpid()})")
     while True:
-        _take_all(f"{top}/{REQUESTS}", flag, bell, config.state_dir)
+        _take_all(f"{top}/{state.HELPER_REQUESTS}", flag, bell, config.state_dir)
         _reap()
         ready, _, _ = select.select([bell], [], [], 5.0)  # a scan now and then regardless
         if ready:
@@ -159,7 +155,7 @@ def _prepare(state_dir: str, top: str) -> int:
     """The helper's directories, FIFO and pid file; the doorbell's fd (read and write:
     it never sees an end of file, and a script's write never blocks)."""
     state.ensure_state_dir(state_dir)
-    for path in (top, f"{top}/{REQUESTS}"):
+    for path in (top, f"{top}/{state.HELPER_REQUESTS}"):
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -170,7 +166,7 @@ def _prepare(state_dir: str, top: str) -> int:
                 f"helper: {path} must be a directory of root's, mode 0700 (remove it and "
                 "start the helper again)"
             )
-    bell_path = f"{top}/{DOORBELL}"
+    bell_path = f"{top}/{state.HELPER_DOORBELL}"
     try:
         st = os.lstat(bell_path)
         if not stat.S_ISFIFO(st.st_mode) or st.st_uid != 0:
@@ -179,7 +175,9 @@ def _prepare(state_dir: str, top: str) -> int:
     except FileNotFoundError:
         os.mkfifo(bell_path, 0o600)
     bell = os.open(bell_path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    state.write_atomic(f"{top}/{PID}", f"{os.getpid()}\n".encode(), None, "helper pid", False)
+    state.write_atomic(
+        f"{top}/{state.HELPER_PID}", f"{os.getpid()}\n".encode(), None, "helper pid", False
+    )
     return bell
 
 
@@ -187,7 +185,7 @@ def _stop(top: str) -> None:
     """SIGTERM: no new request is taken (the scripts start jobns themselves from now on);
     the children at work go on."""
     try:
-        os.unlink(f"{top}/{PID}")
+        os.unlink(f"{top}/{state.HELPER_PID}")
     except FileNotFoundError:
         pass
     os._exit(0)

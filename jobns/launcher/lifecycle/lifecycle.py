@@ -314,7 +314,7 @@ def _end_an_earlier_run(config: Config, job: Job, old: Record) -> bool:
 def _warn_propagation_once(state_dir: str) -> None:
     """Once per boot (state_dir is on /run): say in the prolog log if host mounts made
     later will not reach jobs."""
-    marker = f"{state_dir}/propagation-checked"
+    marker = f"{state_dir}/{state.PROPAGATION_CHECKED}"
     if os.path.exists(marker):
         return
     warning = propagation_warning()

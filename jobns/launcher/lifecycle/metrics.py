@@ -27,7 +27,6 @@ from jobns.launcher.system import files
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.mountinfo import Mount
 
-GC_SUMMARY = "gc.json"
 GC_FIELDS = ("dead_jobs", "unknown_to_slurm", "leftovers", "problems")
 EXTRA_STATES = ("standalone", "leftover", "unreadable")  # status's states without a record
 
@@ -39,7 +38,7 @@ def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
     try:
         state.ensure_state_dir(state_dir)
         state.write_atomic(
-            f"{state_dir}/{GC_SUMMARY}",
+            f"{state_dir}/{state.GC_SUMMARY}",
             json.dumps(doc, sort_keys=True).encode() + b"\n",
             what="gc summary",
         )
@@ -50,7 +49,7 @@ def write_gc_summary(state_dir: str, counts: dict[str, int]) -> None:
 def read_gc_summary(state_dir: str) -> dict[str, float] | None:
     """The last gc's summary, or None (never ran since boot, or not readable by us)."""
     try:
-        with open(f"{state_dir}/{GC_SUMMARY}", "rb") as f:
+        with open(f"{state_dir}/{state.GC_SUMMARY}", "rb") as f:
             doc = json.loads(f.read())
     except (OSError, ValueError):
         return None

@@ -63,12 +63,11 @@ from jobns.launcher.system.log import log
 from jobns.launcher.system.mountinfo import Mount, under
 from jobns.launcher.system.removal import stat_here
 
-RELEASES = "releases"
 _waiting: list[int] = []  # write ends of the release processes' start pipes (see start)
 
 
 def directory(state_dir: str) -> str:
-    return f"{state_dir}/{RELEASES}"
+    return f"{state_dir}/{state.RELEASES}"
 
 
 class Handover:

@@ -33,19 +33,18 @@ from jobns.launcher.protocol import state
 from jobns.launcher.system import libc, mountinfo
 from jobns.launcher.system.errors import JobnsError
 
-AREA = "mounts"
 O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def area(state_dir: str, job_id: str) -> str:
-    return f"{state_dir}/{AREA}/{job_id}"
+    return f"{state_dir}/{state.MOUNTS}/{job_id}"
 
 
 def open_area(state_dir: str, job_id: str, *sub: str) -> int:
     """The job's area (mounted now if it is not yet), and sub-directories of it made as
     needed; an fd of the last."""
-    top = f"{state_dir}/{AREA}"
+    top = f"{state_dir}/{state.MOUNTS}"
     state.private_dir(top, None)
     state.private_dir(f"{top}/{job_id}", None)
     parent = os.open(top, O_DIR)
@@ -115,11 +114,11 @@ def release(state_dir: str, job_id: str) -> list[str]:
     that (rule 6 is kept by the trees' own teardown: an emptied capacity, a shut-down
     image)."""
     try:
-        parent = os.open(f"{state_dir}/{AREA}", O_DIR)
+        parent = os.open(f"{state_dir}/{state.MOUNTS}", O_DIR)
     except FileNotFoundError:
         return []  # the common teardown: no CDI, no covers ever made on this node
     except OSError as e:
-        return [f"open {state_dir}/{AREA}: {e.strerror}"]
+        return [f"open {state_dir}/{state.MOUNTS}: {e.strerror}"]
     try:
         for _ in range(16):  # stacked by an interrupted setup, at worst
             if not detach_at(parent, job_id):
@@ -137,7 +136,7 @@ def release(state_dir: str, job_id: str) -> list[str]:
 def orphans(state_dir: str, live: set[str]) -> list[str]:
     """Jobs with an area whose job is not in live (gc)."""
     try:
-        names = os.listdir(f"{state_dir}/{AREA}")
+        names = os.listdir(f"{state_dir}/{state.MOUNTS}")
     except OSError:
         return []
     return sorted(n for n in names if n not in live)

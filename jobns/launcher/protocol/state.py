@@ -129,9 +129,23 @@ import stat
 from jobns.launcher.system import files, libc
 from jobns.launcher.system.errors import JobnsError, describe_oserror
 
+# The names under state_dir (the docstring says what each holds and who uses it); the C
+# header and the scripts in jobns/slurm/ spell the ones they use themselves.
 JOBS = "jobs"
 RUN_ENV = "run.env"
 STATE = "state.json"
+TASKS_WAIT = "tasks-wait"
+PROPAGATION_CHECKED = "propagation-checked"
+GC_SUMMARY = "gc.json"
+HELPER = "helper"
+HELPER_PID = "pid"  # these three under HELPER
+HELPER_DOORBELL = "doorbell"
+HELPER_REQUESTS = "requests"
+HOLDS = "holds"
+LOCKS = "locks"
+MOUNTS = "mounts"
+RELEASES = "releases"
+
 RUN_ENV_VERSION = "1"
 
 

@@ -49,6 +49,7 @@ from jobns.launcher.lifecycle.lifecycle import require_root
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import Options
 from jobns.launcher.mountns.cdi import settings
+from jobns.launcher.protocol.state import TASKS_WAIT
 from jobns.launcher.system.errors import EXIT_JOBNS_FAILED, JobnsError
 
 __all__ = [
@@ -147,12 +148,12 @@ def not_checked_yet(
     if values is None or not config.enforce:
         return []  # unreadable: a problem already
     if spank_plugins(plugstack_of(slurm_conf, values)) and not os.path.exists(
-        f"{config.state_dir}/tasks-wait"
+        f"{config.state_dir}/{TASKS_WAIT}"
     ):
         return [
             (
                 "slurmd has not loaded the jobns SPANK plugin since it started (no "
-                f"{config.state_dir}/tasks-wait)",
+                f"{config.state_dir}/{TASKS_WAIT})",
                 "(re)starting slurmd",
             )
         ]

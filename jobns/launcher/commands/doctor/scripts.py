@@ -20,6 +20,7 @@ from jobns.launcher.commands.doctor.slurmconf import (
 )
 from jobns.launcher.commands.doctor.spank_plugin import SPANK_PLUGIN, spank, spank_build
 from jobns.launcher.model import config as config_mod
+from jobns.launcher.protocol.state import HELPER, HELPER_PID, TASKS_WAIT
 from jobns.launcher.system import sysprog
 
 
@@ -271,7 +272,7 @@ def prolog_waits(state_dir: str, plugin_loaded: bool) -> list[Finding]:
     made <state_dir>/tasks-wait) or waits for setup, and whether the resident helper
     runs (docs/admin.md "What the prolog and epilog wait for", "The resident helper").
     plugin_loaded: plugstack.conf loads a jobns SPANK plugin."""
-    marker = f"{state_dir}/tasks-wait"
+    marker = f"{state_dir}/{TASKS_WAIT}"
     out: list[Finding] = []
     if os.path.exists(marker) and not plugin_loaded:
         out.append(
@@ -292,7 +293,7 @@ def prolog_waits(state_dir: str, plugin_loaded: bool) -> list[Finding]:
                 "so the prolog waits for setup (~40 ms a job); restart slurmd",
             )
         )
-    helper = _live_pid(f"{state_dir}/helper/pid")
+    helper = _live_pid(f"{state_dir}/{HELPER}/{HELPER_PID}")
     if helper:
         out.append((OK, f"the resident helper runs (pid {helper})"))
     else:
