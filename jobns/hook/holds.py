@@ -170,13 +170,18 @@ def _set_comm(name: bytes) -> bytes:
         return name
 
 
+def _open_hold(state_dir: str, job_id: str, cid: str) -> int:
+    """A hold file opened for reading, never through a link (OSError as it comes)."""
+    return os.open(
+        f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    )
+
+
 def live(state_dir: str, job_id: str, cid: str) -> dict[str, str] | None:
     """The hold of this container if its holder still runs (None: no hold, or a stale one
     the next hold replaces)."""
     try:
-        fd = os.open(
-            f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        )
+        fd = _open_hold(state_dir, job_id, cid)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
@@ -192,9 +197,7 @@ def live(state_dir: str, job_id: str, cid: str) -> dict[str, str] | None:
 def wait_gone(state_dir: str, job_id: str, cid: str) -> None:
     """Wait for the holder of an earlier container with this id (it is finishing)."""
     try:
-        fd = os.open(
-            f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        )
+        fd = _open_hold(state_dir, job_id, cid)
     except FileNotFoundError:
         return
     try:
@@ -286,9 +289,7 @@ def find(state_dir: str, cid: str, bundle: str) -> list[str]:
     found = []
     for job_id in jobs:
         try:
-            fd = os.open(
-                f"{holds_dir(state_dir)}/{job_id}/{cid}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
+            fd = _open_hold(state_dir, job_id, cid)
         except OSError:
             continue
         try:

@@ -65,7 +65,7 @@ from jobns.launcher.model.capacity import config_size, human
 from jobns.launcher.model.config import Config
 from jobns.launcher.model.plan import TOP_MODE, Tree
 from jobns.launcher.protocol import state
-from jobns.launcher.system import libc, loop, mountinfo, sysprog
+from jobns.launcher.system import files, libc, loop, mountinfo, sysprog
 from jobns.launcher.system.errors import JobnsError, UserError
 from jobns.launcher.system.fork import spawn
 from jobns.launcher.system.mountinfo import Identity
@@ -253,12 +253,7 @@ def create(
                 "for jobs after the capacities of the jobs running here; ask for "
                 "less"
             )
-        fd = os.open(
-            name,
-            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=base_fd,
-        )
+        fd = os.open(name, os.O_RDWR | files.CREATE, 0o600, dir_fd=base_fd)
         try:
             os.ftruncate(fd, size)
         except OSError as e:

@@ -801,18 +801,10 @@ def lookalike(
     (root's own: a [[dirs]] cover), which is looked at instead: (its stat, whether a
     task holds it: a standalone `jobns run` holds a shared flock on its trees). None if
     it is not one."""
-    top = root_top(tree, through)
-    if top is None:
+    opened = open_root(tree, through)
+    if opened is None:
         return None
-    look, kind = top
-    try:
-        if kind == FOREIGN:
-            return None
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=look)
-    except OSError:
-        return None
-    finally:
-        os.close(look)
+    fd = opened[0]
     try:
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != TOP_MODE:

@@ -65,13 +65,9 @@ def env_main(opts: Options, _command: list[str]) -> int:
         # one line each), and the task runs as the job user in the job's namespace, so
         # its PMIx directory (/tmp/pmix) is made here, as `jobns run` makes it.
         if inside:
-            for d in pmix_dirs(env):
-                try:
-                    os.mkdir(d, 0o700)
-                except FileExistsError:
-                    pass
-                except OSError as e:
-                    raise JobnsError(f"create {d} inside the job: {e.strerror}") from None
+            from jobns.launcher.commands.run import make_task_dirs
+
+            make_task_dirs(pmix_dirs(env))
         for k, v in sorted(env.items()):
             if "\n" not in v:
                 print(f"export {k}={v}")

@@ -51,6 +51,32 @@ def make_task_dirs(dirs: list[str]) -> None:
             raise JobnsError(f"create {d} inside the job: {e.strerror}") from None
 
 
+def joined_env(
+    environ: dict[str, str], values: dict[str, str], job: Job, as_user: bool
+) -> dict[str, str]:
+    """A task's environment in a job set up already: the caller's, with the job's over it
+    (from run.env's values) and, when root starts the job user's task (as_user), her
+    HOME, USER and LOGNAME."""
+    from jobns.launcher.model.environment import job_environment
+
+    env = {**environ, **job_environment(config_from_run_env(values), job)}
+    if as_user:
+        env.update(HOME=job.user.home, USER=job.user.name, LOGNAME=job.user.name)
+    return env
+
+
+def net_user_and_parent(net_none: bool, become: bool, job: Job, parent: int) -> None:
+    """A task's last steps before its command, in the job's namespace: its own network
+    (net none), then the job user's credentials (become; after the network: a user of
+    the host has no CAP_NET_ADMIN), and its death with its parent."""
+    if net_none:
+        namespace.unshare_net()
+        namespace.loopback_up()
+    if become:
+        switch_user(job.user.uid, job.user.gid, job.user.groups)
+    arm_child_death_signal(parent)
+
+
 def main(opts: Options, command: list[str]) -> int:
     req = Request.from_options(opts)
     if not command and not req.dry_run:
@@ -110,24 +136,16 @@ def run_inside(
     """Inside a job enforced through Slurm: no namespace to make or join, and the state
     directory is hidden here. Supervise the command with the job environment (the
     plugin set it already; it is computed again here) and make its PMIx directory."""
-    from jobns.launcher.model.environment import job_environment, pmix_dirs
-    from jobns.launcher.model.inputs import config_from_run_env
+    from jobns.launcher.model.environment import pmix_dirs
 
-    env = {**environ, **job_environment(config_from_run_env({}), job)}
     root_for_user = os.geteuid() == 0 and job.user.uid != 0
-    if root_for_user:
-        env.update(HOME=job.user.home, USER=job.user.name, LOGNAME=job.user.name)
+    env = joined_env(environ, {}, job, root_for_user)
     task_dirs = pmix_dirs(env)
     me = os.getpid()
 
     def prepare() -> None:
         # The namespace is root's (the host's user namespace): root may act in it.
-        if net_none:
-            namespace.unshare_net()
-            namespace.loopback_up()
-        if root_for_user:
-            switch_user(job.user.uid, job.user.gid, job.user.groups)
-        arm_child_death_signal(me)
+        net_user_and_parent(net_none, root_for_user, job, me)
         make_task_dirs(task_dirs)
 
     sup = Supervisor(kill_wait)
@@ -150,7 +168,7 @@ def run_joined(
     she can mount over /usr/bin/id in it). So root never enters it: a task started by
     root becomes the job's owner first and joins as her (SECURITY.md rule 1).
     """
-    from jobns.launcher.model.environment import job_environment, pmix_dirs
+    from jobns.launcher.model.environment import pmix_dirs
     from jobns.launcher.model.job import lookup_user
 
     owner = int(values["uid"])
@@ -178,9 +196,7 @@ def run_joined(
         # Root without --user: the task runs as the job's owner.
         user = lookup_user(str(owner)) if owner != 0 else job.user
         job = Job(job.job_id, user, job.hostname, job.layout, job.no_rm)
-    env = {**environ, **job_environment(config_from_run_env(values), job)}
-    if caller == 0 and owner != 0:
-        env.update(HOME=job.user.home, USER=job.user.name, LOGNAME=job.user.name)
+    env = joined_env(environ, values, job, caller == 0 and owner != 0)
     task_dirs = pmix_dirs(env)
     user_pin = values["user_pin"] or None
     mnt_pin = values["mnt_pin"]
@@ -203,13 +219,7 @@ def run_joined(
         # unprivileged process may setns); a root job's namespace is root's, and so is
         # an enforced job's.
         namespace.join(user_pin, mnt_pin)
-        if net_none:
-            namespace.unshare_net()
-            namespace.loopback_up()
-        if enforced:
-            # After the network: a user of the host has no CAP_NET_ADMIN.
-            switch_user(job.user.uid, job.user.gid, job.user.groups)
-        arm_child_death_signal(me)
+        net_user_and_parent(net_none, enforced, job, me)
         enter_workdir(cwd)
         make_task_dirs(task_dirs)
 

@@ -221,11 +221,9 @@ def _setup_locked(
 ) -> None:
     """setup's work once it may set the job up: an earlier run ended, a repeated prolog
     of this run recognised, else a fresh start; a user's error refuses the job."""
-    old = records.load(config.state_dir, job.job_id)
-    if old is not None and another_run(old, run):
-        if not _end_an_earlier_run(config, job, old):
-            return
-        old = None
+    go, old = _this_runs_record(config, job, run)
+    if not go:
+        return
     if old is not None:
         if old.state == state.REFUSED:
             return  # the prolog ran twice for a refused job: still refused
@@ -295,6 +293,16 @@ def another_run(record: Record, run: str | None) -> bool:
     return run is not None and record.run is not None and record.run != run
 
 
+def _this_runs_record(config: Config, job: Job, run: str | None) -> tuple[bool, Record | None]:
+    """(whether to go on, the job's record): an earlier run's record is ended first
+    (then None: this run starts afresh); False when it could not be (this run is
+    refused)."""
+    old = records.load(config.state_dir, job.job_id)
+    if old is None or not another_run(old, run):
+        return True, old
+    return _end_an_earlier_run(config, job, old), None
+
+
 def _end_an_earlier_run(config: Config, job: Job, old: Record) -> bool:
     """A setup that finds the record of another run of its job (a requeue whose last
     run's teardown has not come yet, or never will): Slurm ended that run, so it is
@@ -349,11 +357,9 @@ def setup_refused(
             if not state.is_set_up(config.state_dir, job.job_id):
                 lock.release_and_remove()
             return
-        old = records.load(config.state_dir, job.job_id)
-        if old is not None and another_run(old, run):
-            if not _end_an_earlier_run(config, job, old):
-                return
-            old = None
+        go, old = _this_runs_record(config, job, run)
+        if not go:
+            return
         if old is None:
             refuse(config, job, kill_wait, reason, run, node, prolog_at)
         elif old.state != state.REFUSED:

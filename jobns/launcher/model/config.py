@@ -305,6 +305,19 @@ def _where(path: tuple[object, ...]) -> str:
     return out or "(top level)"
 
 
+# The schema keywords whose message is one sentence about the keyword's value.
+_SAID = {
+    "enum": "must be one of {value}",
+    "const": "must be {value!r}",
+    "minimum": "must be >= {value}",
+    "maximum": "must be <= {value}",
+    "minLength": "must be at least {value} characters",
+    "maxLength": "must be at most {value} characters",
+    "minItems": "must have at least {value} items",
+    "pattern": "{instance!r} does not match {value!r}",
+}
+
+
 def _say(
     keyword: object, value: object, instance: object, path: tuple[object, ...], known: list[str]
 ) -> str:
@@ -313,22 +326,8 @@ def _say(
     if keyword == "type":
         names = [value] if isinstance(value, str) else list(value)  # type: ignore[call-overload]
         return f"{where}: must be of type {' or '.join(str(n) for n in names)}"
-    if keyword == "enum":
-        return f"{where}: must be one of {value}"
-    if keyword == "const":
-        return f"{where}: must be {value!r}"
-    if keyword == "minimum":
-        return f"{where}: must be >= {value}"
-    if keyword == "maximum":
-        return f"{where}: must be <= {value}"
-    if keyword == "minLength":
-        return f"{where}: must be at least {value} characters"
-    if keyword == "maxLength":
-        return f"{where}: must be at most {value} characters"
-    if keyword == "minItems":
-        return f"{where}: must have at least {value} items"
-    if keyword == "pattern":
-        return f"{where}: {instance!r} does not match {value!r}"
+    if isinstance(keyword, str) and keyword in _SAID:
+        return f"{where}: " + _SAID[keyword].format(value=value, instance=instance)
     if keyword == "required" and isinstance(instance, dict) and isinstance(value, list):
         missing = [k for k in value if k not in instance]
         return f"{where}: missing required key {missing[0]!r}"

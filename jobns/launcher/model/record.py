@@ -96,13 +96,19 @@ class TreeRecord:
         out = tree_record(self.tree, self.capacity)
         out["backing"] = self.backing
         out["made"] = self.made
-        if self.image is not None:
-            out["image"] = self.image
-        if self.cover is not None:
-            out["cover"] = self.cover
-        if self.mount is not None:
-            out["mount"] = self.mount.to_dict()
-        return out
+        return _known(
+            out,
+            image=self.image,
+            cover=self.cover,
+            mount=None if self.mount is None else self.mount.to_dict(),
+        )
+
+
+def _known(out: dict[str, object], **optional: object) -> dict[str, object]:
+    """out with each optional field that has a value: the record leaves out, rather than
+    writes null for, what it does not know."""
+    out.update((k, v) for k, v in optional.items() if v is not None)
+    return out
 
 
 def _cover(t: Doc) -> str | None:
@@ -285,15 +291,9 @@ class Record:
             "capacities": self.capacities,
             "staging": self.staging,
         }
-        if self.options is not None:
-            out["options"] = self.options
-        if self.ran is not None:
-            out["ran"] = self.ran
-        if self.run is not None:
-            out["run"] = self.run
-        if self.prolog_at is not None:
-            out["prolog_at"] = self.prolog_at
-        return out
+        return _known(
+            out, options=self.options, ran=self.ran, run=self.run, prolog_at=self.prolog_at
+        )
 
     def copy(self) -> Record:
         import copy

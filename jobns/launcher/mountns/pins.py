@@ -354,9 +354,8 @@ def _below(path: str, userns: NsId, host: NsId | None) -> bool:
         return False  # the host's: most processes, and never the job's
     if mine == userns:
         return True
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_ns(path)
+    if fd is None:
         return False
     try:
         for _depth in range(33):  # the kernel nests user namespaces 32 deep at most
@@ -376,18 +375,34 @@ def _below(path: str, userns: NsId, host: NsId | None) -> bool:
         os.close(fd)
 
 
+def _open_ns(path: str) -> int | None:
+    """An fd of a namespace file (/proc/PID/ns/..., or a pin), None if it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _open_pinned(pin: str | None, nstype: int | None = None) -> int | None:
+    """An fd of the namespace pinned at pin (of type nstype, if given), else None: no
+    pin, or the bare pin file (already unpinned: the ioctl answers ENOTTY)."""
+    fd = None if pin is None else _open_ns(pin)
+    if fd is None:
+        return None
+    try:
+        kind: int | None = fcntl.ioctl(fd, NS_GET_NSTYPE)
+    except OSError:
+        kind = None
+    if kind is not None and nstype in (None, kind):
+        return fd
+    os.close(fd)
+    return None
+
+
 def userns_of(pinned: Pins) -> tuple[int, NsId] | None:
     """(an fd holding it, its id) of the job's user namespace while pinned, else None."""
-    if pinned.user is None:
-        return None
-    try:
-        fd = os.open(pinned.user, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.ioctl(fd, NS_GET_NSTYPE)  # ENOTTY: the bare pin file, already unpinned
-    except OSError:
-        os.close(fd)
+    fd = _open_pinned(pinned.user)
+    if fd is None:
         return None
     st = os.fstat(fd)
     return fd, (st.st_dev, st.st_ino)
@@ -446,19 +461,8 @@ def pidns_of(pinned: Pins) -> tuple[int, int] | None:
     """(an fd holding it, its inode) of the job's PID namespace while pinned, else None:
     held, so that its inode number keeps naming this job's namespace while teardown
     looks for its processes."""
-    if pinned.pid is None:
-        return None
-    try:
-        fd = os.open(pinned.pid, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if fcntl.ioctl(fd, NS_GET_NSTYPE) == libc.CLONE_NEWPID:
-            return fd, os.fstat(fd).st_ino
-    except OSError:
-        pass  # ENOTTY: the bare pin file, already unpinned
-    os.close(fd)
-    return None
+    fd = _open_pinned(pinned.pid, libc.CLONE_NEWPID)
+    return None if fd is None else (fd, os.fstat(fd).st_ino)
 
 
 def hold(pinned: Pins) -> int | None:
@@ -469,11 +473,8 @@ def hold(pinned: Pins) -> int | None:
     The fd is only held and compared, never entered (the namespace is the user's).
     """
     mnt, dev, ino = pinned.mnt, pinned.mnt_dev, pinned.mnt_ino
-    if mnt is None:
-        return None
-    try:
-        fd = os.open(mnt, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    fd = None if mnt is None else _open_ns(mnt)
+    if fd is None:
         return None
     st = os.fstat(fd)
     if (st.st_dev, st.st_ino) != (dev, ino):

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Self
 
-from jobns.launcher.system import libc, removal, sysprog
+from jobns.launcher.system import files, libc, removal, sysprog
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.fork import spawn
 from jobns.launcher.system.user import switch_user
@@ -724,12 +724,7 @@ class Transfer:
     def _copy_file_fd(self, fd: int, dfd: int, name: str, st: os.stat_result, dst: str) -> None:
         part = part_name(name)
         _unlink_quiet(part, dfd)
-        out = os.open(
-            part,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dfd,
-        )
+        out = os.open(part, os.O_WRONLY | files.CREATE, 0o600, dir_fd=dfd)
         try:
             _copy_data(fd, out)
             os.fchmod(out, stat.S_IMODE(st.st_mode))

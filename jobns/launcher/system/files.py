@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 MARK = ".tmp-"
-_CREATE = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# A new file, made here and now: neither an existing one nor a link is opened.
+CREATE = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -68,7 +69,7 @@ class Temporary:
             base = where.rstrip("/") if where else "."
             self.dir_fd, self.name = None, f"{base}/{name}"
             self.tmp = f"{base}/{temporary_name(name)}"
-        self.fd = os.open(self.tmp, access | _CREATE, mode, dir_fd=self.dir_fd)
+        self.fd = os.open(self.tmp, access | CREATE, mode, dir_fd=self.dir_fd)
 
     def commit(self) -> None:
         """Rename the file over its name (replacing what is there); on failure the

@@ -21,7 +21,7 @@ from jobns.launcher.commands.doctor.common import (
 from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.dirpath import fixed_part
 from jobns.launcher.protocol import state
-from jobns.launcher.system import libc
+from jobns.launcher.system import files, libc
 from jobns.launcher.system.errors import JobnsError
 
 
@@ -75,9 +75,7 @@ def _acl_problem(directory: str) -> str:
     """Try the ACL jobns sets (launcher.protocol.state.grant) on a scratch file in directory."""
     name = f"{directory.rstrip('/')}/.jobns-doctor-{os.getpid()}"
     try:
-        fd = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        fd = os.open(name, os.O_WRONLY | files.CREATE, 0o600)
     except OSError as e:
         return f"cannot try ACLs in {directory}: {e.strerror}"
     try:
