@@ -332,8 +332,9 @@ def _say(
         missing = [k for k in value if k not in instance]
         return f"{where}: missing required key {missing[0]!r}"
     if keyword == "additionalProperties" and isinstance(instance, dict):
-        unknown = next(k for k in instance if k not in known)
-        return f"{_where((*path, unknown))}: unknown key (allowed: {', '.join(known)})"
+        unknown = next((k for k in instance if k not in known), None)
+        if unknown is not None:
+            return f"{_where((*path, unknown))}: unknown key (allowed: {', '.join(known)})"
     return f"{where}: does not match any allowed form"
 
 
