@@ -327,16 +327,16 @@ def test_scancel_cleans_up_a_two_node_job_ignoring_sigterm(slurm: SlurmCluster) 
     assert took < 30, f"scancel to clean took {took:.1f}s"
 
 
-# What a site's node has: the release's python3 and Debian's package of jobns's one
-# runtime dependency, jobns from the project's packages (Debian's dist-packages); no test
-# tool, and neither prctl nor jsonschema (once jobns's dependencies: it runs without them).
+# What a site's node has: the release's python3 and Debian's packages of jobns's runtime
+# dependencies (pyroute2, jsonschema), jobns from the project's packages (Debian's
+# dist-packages); no test tool, and no prctl (once jobns's dependency: it runs without it).
 SITE_INSTALL = """\
-import importlib.util, sys, pyroute2, jobns.launcher
+import importlib.util, sys, jsonschema, pyroute2, jobns.launcher
 print(".".join(map(str, sys.version_info[:2])))
 print(*(m.__file__.startswith("/usr/lib/python3/dist-packages/") for m in (pyroute2,
-      jobns.launcher)))
+      jsonschema, jobns.launcher)))
 print(*(importlib.util.find_spec(m) is not None for m in ("pytest", "mypy", "docker",
-      "hypothesis", "ruff", "prctl", "jsonschema")))
+      "hypothesis", "ruff", "prctl")))
 """
 NOT_FROM_A_CHECKOUT = ("/opt/jobns", "/usr/local/bin/jobns", "/usr/local/lib/python3")
 
@@ -355,9 +355,10 @@ def test_each_node_has_jobns_as_a_site_installs_it(slurm: SlurmCluster, release:
     slurmd = n.exec(["slurmd", "-V"]).check("slurmd -V").stdout.split()[-1]
     assert slurmd.startswith(f"{release.slurm}."), slurmd
     assert f"slurm-wlm-basic-plugins (>= {slurmd})" in dep, dep
-    # the system python3 (as root and as alice) imports the packaged jobns
+    # the system python3 (as root and as alice) imports the packaged jobns and its
+    # dependencies from Debian, and none of the test tools
     out = n.exec(["/usr/bin/python3", "-P", "-c", SITE_INSTALL]).check("python").stdout.split()
-    assert out == [release.python] + ["True"] * 2 + ["False"] * 7, out
+    assert out == [release.python] + ["True"] * 3 + ["False"] * 6, out
     for user in ("root", ALICE):
         r = n.exec(["sh", "-c", "command -v jobns"], user=user)
         assert r.check(f"jobns on {user}'s PATH").stdout.strip() == JOBNS, (user, r)
