@@ -73,8 +73,10 @@ def test_surrogate_escaped_bytes_still_count_as_bytes() -> None:
         normalise("/" + "\udcff" * 256)
 
 
-# validate.py: a document key was printed raw in "<key>: unknown key": a TOML key "\f" or
-# "\n" (quoted keys may hold any escape) gave a config error of two lines.
+# The config's checker (then a home-made validator, now jsonschema behind
+# config.schema_error): a document key was printed raw in "<key>: unknown key": a TOML key
+# "\f" or "\n" (quoted keys may hold any escape) gave a config error of two lines.
+# config._where quotes such a key.
 @pytest.mark.parametrize(
     "text", ['"\\f" = []', '"a\\nb" = 1', '[arc]\n"\\u001b[2J" = 1', '"x.y" = 1']
 )
@@ -87,9 +89,11 @@ def test_plain_keys_are_still_shown_plain() -> None:
     assert "frob: unknown key" in refused(config_mod.parse, "frob = 1", "site.toml")
 
 
-# validate.py: TOML has nan and inf; every minimum/maximum comparison with nan is false,
-# so `kill_wait = nan` was a valid config, and a nan reached the supervisor
+# The config's checker (then a home-made validator, now jsonschema behind
+# config.schema_error): TOML has nan and inf; every minimum/maximum comparison with nan is
+# false, so `kill_wait = nan` was a valid config, and a nan reached the supervisor
 # (sigtimedwait: ValueError) and the job record (jsonfast refuses nan: ValueError).
+# config._non_finite refuses them before jsonschema sees the document.
 @pytest.mark.parametrize(
     "text",
     [

@@ -115,7 +115,7 @@ def test_stages_jobns_cannot_serve(arg: str | None, status: str, needle: str) ->
         stage_for(arg, status)
 
 
-# --- launcher.system.validate agrees with jsonschema on OCI states -----------------------------
+# --- hook.state's typed reader agrees with jsonschema on OCI states ----------------------------
 
 json_values = st.recursive(
     st.none()

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobns.launcher.model.plan import Tree
-from jobns.launcher.model.record import Pins, Record, TreeRecord
+from jobns.launcher.model.record import TREE_FIELDS, Pins, Record, TreeRecord
 from jobns.launcher.system.errors import JobnsError
 from jobns.launcher.system.mountinfo import Identity
 from tests.schemas import SCHEMAS
@@ -90,30 +90,22 @@ PLACES = [
     ("ran",),
     ("run",),
     ("prolog_at",),
-    *(
-        ("trees", 0, k)
-        for k in (
-            "role",
-            "base",
-            "parents",
-            "name",
-            "children",
-            "remove",
-            "capacity",
-            "image",
-            "cover",
-            "made",
-            "mount",
-            "target",
-            "options",
-            "backing",
-            "extra",
-        )
-    ),
+    *(("trees", 0, k) for k in (*TREE_FIELDS, "extra")),
     ("trees", 0, "mount", "id"),
     ("trees", 0, "mount", "fstype"),
     ("trees", 1, "cover"),
 ]
+
+
+def test_tree_fields_are_the_schemas_tree() -> None:
+    # The reader's closed set of tree fields is exactly the schema's (no more, no fewer,
+    # none twice); "extra", the unknown field PLACES adds, is in neither.
+    defs: Any = RECORD_SCHEMA["$defs"]
+    tree = defs["tree"]
+    assert tree["additionalProperties"] is False
+    assert len(set(TREE_FIELDS)) == len(TREE_FIELDS)
+    assert set(TREE_FIELDS) == set(tree["properties"])
+    assert "extra" not in TREE_FIELDS
 
 
 @settings(max_examples=800)

@@ -257,10 +257,11 @@ class Record:
         r.arc = doc.raw_obj("arc")
         r.teardown_failures = int(doc.integer("teardown_failures", minimum=0) or 0)
         r.errors = doc.strings("errors", required=False) or []
-        r.history = [h.d for h in doc.objects("history")]
+        r.history = []
         for h in doc.objects("history"):
             h.string("state")
             h.number("at")
+            r.history.append(h.d)
         r.options = doc.raw_obj("options")
         r.ran = doc.boolean("ran", required=False)
         r.run = doc.string("run", required=False)
