@@ -130,6 +130,9 @@ PACKAGES = (
     "openssh-client",
     "libpam-slurm-adopt",
     "xauth",  # srun --x11: Slurm runs xauth on the submit host and in the job
+    # jobns's burst_buffer.lua runs `jobns bb` without a shell (fork and exec from
+    # luaposix, for the Lua 5.1 slurmctld embeds): the controller's, in every release
+    "lua-posix",
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the build *procedure* changes in a way the inputs above do not show.

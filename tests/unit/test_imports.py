@@ -28,6 +28,7 @@ FLOORS = (
     "launcher.backing",
     "launcher.mountns",
     "launcher.lifecycle",
+    "launcher.burstbuffer",
     "hook",
     "launcher.commands",
 )

@@ -223,6 +223,41 @@ COMMANDS: dict[str, Command] = {
             "and the exit status is 125.",
         ),
         Command(
+            "bb",
+            "jobns.launcher.commands.bb:main",
+            "burst buffer (root, on the controller): the steps burst_buffer.lua runs",
+            [
+                Opt("--job-id", VALUE, "the Slurm job (a number)", "ID"),
+                CONFIG,
+                Opt("--uid", VALUE, "setup: the job's user id", "UID"),
+                Opt("--gid", VALUE, "setup: the job's group id", "GID"),
+                Opt("--script", VALUE, "setup: the batch script slurmctld saved", "PATH"),
+                Opt("--size", VALUE, "setup: bytes Slurm reserved in the pool", "BYTES"),
+                Opt("--comment", VALUE, "setup: the job's comment", "TEXT"),
+                Opt("--work-dir", VALUE, "setup: the job's working directory (%d)", "DIR"),
+                Opt("--job-name", VALUE, "setup: the job's name (%x)", "NAME"),
+                Opt("--tmp-mib", VALUE, "setup: the job's --tmp, MiB", "N"),
+                Opt("--array-job-id", VALUE, "setup: its array job (%A)", "ID"),
+                Opt("--array-task-id", VALUE, "setup: its array task (%a)", "ID"),
+                Opt(
+                    "--ask-slurm",
+                    FLAG,
+                    "setup: take comment, work dir, name, --tmp and array ids from squeue "
+                    "(Slurm 22.05 gives the burst buffer no job_info)",
+                ),
+                Opt("--hurry", FLAG, "teardown: Slurm hurries (discard kept outputs too)"),
+            ],
+            args="STEP",
+            help="STEP: setup (read and check the job's directives, make its shared "
+            "tmpdir, record what the prolog needs), data-in (its stage_in copies into the "
+            "shared tmpdir, as the job's user), data-out (its stage_out copies out of it), "
+            "teardown (remove the shared tmpdir and the record; after a failed stage-out "
+            "they are kept unless --hurry), pools (measure shared_base and write the pool "
+            "slurm_bb_pools reads), status (the pool and every job's buffer: `scontrol "
+            "show bbstat`). Options go before STEP. Every step is idempotent; exit 125 "
+            'with one line on failure. See docs/admin.md "The burst buffer".',
+        ),
+        Command(
             "helper",
             "jobns.launcher.commands.helper:main",
             "the resident helper (root): runs the prolog's setups and the epilog's teardowns",
@@ -447,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(argv)
 
 
-LOGGED = ("setup", "teardown", "gc", "recover")  # they log to syslog too (launcher.system.log)
+# they log to syslog too (launcher.system.log)
+LOGGED = ("setup", "teardown", "gc", "recover", "bb")
 
 
 def dispatch(argv: list[str]) -> int:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 
 from jobns.launcher.backing import kinds
+from jobns.launcher.burstbuffer.record import BbRecord
+from jobns.launcher.burstbuffer.store import handed_over
 from jobns.launcher.lifecycle import lifecycle, unattended
 from jobns.launcher.lifecycle.lifecycle import gather_directives, require_root
 from jobns.launcher.model import capacity, jobsize
@@ -118,11 +120,26 @@ def _setup(
     # What the job asks for comes from its user (directives, comment): a problem there is
     # hers, and refuses her job.
     try:
-        directives = gather_directives(req, environ, config)
+        bb = handed_over(config, job_id)
+        if bb is not None and bb.uid != user.uid:
+            # A record of another run of this id (job ids restart when a controller
+            # loses its state), kept after a failed stage-out: not this job's.
+            warn(
+                f"setup {job_id}: warning: the burst buffer's record names uid {bb.uid}, "
+                f"not the job's ({user.uid}): ignored (jobns bb status on the controller)"
+            )
+            bb = None
+        if bb is not None and bb.comment and not environ.get("SLURM_JOB_COMMENT"):
+            environ = {**environ, "SLURM_JOB_COMMENT": bb.comment}
+        header = bb.script_header if bb is not None and not req.script else None
+        directives = gather_directives(req, environ, config, header)
         req = req.with_directives(directives)
         job = Job(job_id, user, hostname(), layout_from(req.shared), req.no_rm_tmpdir)
         plan = build(config, job)
-        caps = capacity.plan(config, directives, job.layout, _sizes_from_the_site(config, job))
+        if bb is not None and bb.tree_path and plan.trees[0].path == bb.tree_path:
+            plan.trees[0].remove = False  # the burst buffer's: its teardown removes it
+        sizes = _sizes_from_the_site(config, job, bb)
+        caps = capacity.plan(config, directives, job.layout, sizes)
         session_flag = req.session_dir
         stg: Staging | None = None
         notes: list[str] = []
@@ -131,6 +148,8 @@ def _setup(
             stg, notes = staging.build(
                 config, job, plan, directives, session_flag, staging.symbols_for(job, environ)
             )
+            if stg is not None and bb is not None:
+                stg = _without_the_burst_buffers(stg, bb)
     except JobnsError as e:
         if not (isinstance(e, UserError) or directives_given(req, environ)):
             raise  # no directives: the site's config or flags are wrong
@@ -151,15 +170,29 @@ def _setup(
     return 0
 
 
-def _sizes_from_the_site(config: Config, job: Job) -> dict[str, int]:
+def _sizes_from_the_site(config: Config, job: Job, bb: BbRecord | None) -> dict[str, int]:
     """What the job asked of the scheduler (launcher.model.jobsize), when the site's config
-    asks for that at all."""
+    asks for that at all; a burst-buffer job's --tmp is in its record (then no question
+    to the controller)."""
     if not (
         config.capacity.get("tmp_from_slurm") not in (None, "none")
         or config.capacity.get("shm_memory_fraction") is not None
     ):
         return {}
-    return jobsize.requested(config, job)
+    if bb is None:
+        return jobsize.requested(config, job)
+    return jobsize.requested(config, job, handed_over=True, tmp_mib=bb.tmp_mib)
+
+
+def _without_the_burst_buffers(stg: Staging, bb: BbRecord) -> Staging | None:
+    """The staging left to this node: the burst buffer made (or makes, after the job) the
+    copies into and out of the shared tmpdir."""
+    ins, outs = bb.lines("stage_in"), bb.lines("stage_out")
+    stg.stage_in = [c for c in stg.stage_in if c.line not in ins]
+    stg.stage_out = [c for c in stg.stage_out if c.line not in outs]
+    if stg.session_dir is None and not stg.stage_in and not stg.stage_out:
+        return None
+    return stg
 
 
 def directives_given(req: Request, environ: dict[str, str]) -> bool:

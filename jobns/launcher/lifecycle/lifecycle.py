@@ -107,37 +107,51 @@ def require_root(what: str) -> None:
 
 
 def gather_directives(
-    req: Request, environ: Mapping[str, str], config: Config | None = None
+    req: Request,
+    environ: Mapping[str, str],
+    config: Config | None = None,
+    script_text: str | None = None,
 ) -> Directives | None:
     """#JOBNS directives from --script, --directives and the Slurm job comment.
 
     Under Slurm a user's own environment never reaches the prolog, but the job's
     comment does (SLURM_JOB_COMMENT): `sbatch --comment "jobns: shared_tmpdir=per-node"`.
     The directive word ([directives] word) and the capacity granularity ([capacity]
-    granularity) come from the config.
+    granularity) come from the config. script_text: the batch script's header as the
+    burst buffer handed it over (launcher.burstbuffer), in place of --script.
     """
     script = req.script
-    comment = environ.get("SLURM_JOB_COMMENT", "")
+    if script_text is None and script:
+        printable_path(script, "read batch script")
+        try:
+            with open(script, encoding="utf-8", errors="replace") as f:
+                script_text = f.read()
+        except OSError as e:
+            raise JobnsError(f"read batch script {script}: {e.strerror}") from None
+    return directives_from(
+        script_text, req.directives, environ.get("SLURM_JOB_COMMENT", ""), config
+    )
+
+
+def directives_from(
+    script_text: str | None, directives: str | None, comment: str, config: Config | None
+) -> Directives | None:
+    """The directives of a batch script's text, a --directives string and a job comment,
+    merged (the script's first); None when there are none."""
     word = config.directive_word if config is not None else "JOBNS"
     lowered = comment.lower()
     if (
-        not script
-        and not req.directives
+        script_text is None
+        and not directives
         and not ("jobns" in lowered or f"#{word.lower()}" in lowered)
     ):
         return None  # the common prolog: no directives, nothing to parse
     gran = granularity(config) if config is not None else 1
     found: list[Directives] = []
-    if script:
-        printable_path(script, "read batch script")
-        try:
-            with open(script, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError as e:
-            raise JobnsError(f"read batch script {script}: {e.strerror}") from None
-        found.append(parse_script(text, word, gran))
-    if req.directives:
-        found.append(parse_directives(req.directives, word, gran))
+    if script_text is not None:
+        found.append(parse_script(script_text, word, gran))
+    if directives:
+        found.append(parse_directives(directives, word, gran))
     # A comment that looks meant for jobns but does not parse refuses the job, as a bad
     # directive does (a silent "ordinary comment" would run the job otherwise).
     in_comment = comment_directives(comment, word) if comment else None

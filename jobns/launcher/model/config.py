@@ -160,6 +160,7 @@ PID_NS_IGNORED = (
 class Config:
     __slots__ = (
         "arc",
+        "burst_buffer",
         "capacity",
         "directive_word",
         "dirs",
@@ -204,6 +205,8 @@ class Config:
         self.staging = StagingConfig(_section(raw, "staging"))
         self.dirs = [DirConfig(d) for d in _list(raw.get("dirs")) if isinstance(d, dict)]
         self.lifecycle = LifecycleConfig(_section(raw, "lifecycle"))
+        # [burst_buffer]: read by `jobns bb` and setup only (launcher.burstbuffer.pools).
+        self.burst_buffer = _section(raw, "burst_buffer")
         # [slurm] enforce: the site's SPANK plugin puts every task in the job's namespace,
         # so the prolog makes that namespace root's (docs/admin.md "Enforced by Slurm").
         self.enforce = _section(raw, "slurm").get("enforce", False) is True
@@ -266,6 +269,20 @@ def check(doc: dict[str, object], source: str) -> None:
     _check_staging(doc, source)
     _check_dirs(doc, source)
     _check_disk_sizes(doc, source)
+    _check_burst_buffer(doc, source)
+
+
+def _check_burst_buffer(doc: dict[str, object], source: str) -> None:
+    """[burst_buffer]: its sizes parse, and it needs the shared layout's base."""
+    bb = _section(doc, "burst_buffer")
+    for key, example in (("granularity", "1GiB"), ("size", "10TiB")):
+        if key in bb:
+            size_bytes(bb[key], f"read config {source}: [burst_buffer] {key}", example)
+    if bb.get("enabled") is True and not doc.get("shared_base"):
+        raise JobnsError(
+            f"read config {source}: [burst_buffer] enabled needs shared_base (the burst "
+            "buffer's records and the shared tmpdir live there)"
+        )
 
 
 def schema_error(doc: object) -> str | None:

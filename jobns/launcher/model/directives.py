@@ -721,6 +721,17 @@ def _refuse_near_misses(comment: str, before: str, prefix: str) -> None:
         )
 
 
+def script_header(text: str) -> str:
+    """The header of a batch script (its lines up to the first command), where its
+    directives are: what the burst buffer hands the prolog, so that parse_script finds the
+    same directives on the same line numbers."""
+    lines = text.split("\n")
+    end = 0
+    while end < len(lines) and _is_header_line(lines[end]):
+        end += 1
+    return "\n".join(lines[:end])
+
+
 def _is_header_line(line: str) -> bool:
     stripped = line.strip()
     return not stripped or stripped.startswith("#")

@@ -47,10 +47,17 @@ _JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10})?", re.ASCII)
 MAX_ANSWER = 1 << 16  # an array job's rows fit; anything longer is not squeue's answer
 
 
-def requested(config: Config, job: Job) -> dict[str, int]:
-    """{"tmp": bytes, "shm": bytes} as far as the site's options find them."""
+def requested(
+    config: Config, job: Job, handed_over: bool = False, tmp_mib: int | None = None
+) -> dict[str, int]:
+    """{"tmp": bytes, "shm": bytes} as far as the site's options find them. handed_over:
+    the burst buffer recorded the job's --tmp (tmp_mib, None for none: launcher.burstbuffer),
+    so nobody is asked."""
     out: dict[str, int] = {}
-    if config.capacity.get("tmp_from_slurm") == "scontrol":
+    if handed_over:
+        if tmp_mib is not None and config.capacity.get("tmp_from_slurm") == "scontrol":
+            out["tmp"] = tmp_mib * UNITS["M"]
+    elif config.capacity.get("tmp_from_slurm") == "scontrol":
         tmp = slurm_tmp(job.job_id, config.slurm_bin)
         if tmp:
             out["tmp"] = tmp

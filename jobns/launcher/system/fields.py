@@ -48,7 +48,7 @@ class Doc:
         """self, if it holds no key but `keys` (a schema's additionalProperties: false)."""
         extra = sorted(k for k in self.d if k not in keys)
         if extra:
-            raise JobnsError(f"{self.where}: '{self.path}{extra[0]}' is not a known field")
+            raise JobnsError(f"{self.where}: {self.path + extra[0]!r} is not a known field")
         return self
 
     def string(

@@ -18,7 +18,10 @@ def squeue(job_id: str, fields: str, bin_dir: str = "") -> tuple[str | None, str
     """What ``squeue -h --noconvert -a -t all --jobs=JOB_ID -o FIELDS`` prints: (its
     output, "") or (None, why) when it could not run or failed (why: one clean line)."""
     cmd = ["squeue", "-h", "--noconvert", "-a", "-t", "all", f"--jobs={job_id}"]
-    cmd += ["-o", fields]
+    return _run([*cmd, "-o", fields], bin_dir)
+
+
+def _run(cmd: list[str], bin_dir: str) -> tuple[str | None, str]:
     try:
         r = subprocess.run(
             sysprog.argv(cmd, bin_dir),
@@ -37,6 +40,11 @@ def squeue(job_id: str, fields: str, bin_dir: str = "") -> tuple[str | None, str
     if r.returncode != 0:
         return None, _one_line(r.stderr) or f"exit {r.returncode}"
     return r.stdout, ""
+
+
+def scontrol(args: list[str], bin_dir: str = "") -> tuple[str | None, str]:
+    """What ``scontrol ARGS`` prints: (its output, "") or (None, why)."""
+    return _run(["scontrol", *args], bin_dir)
 
 
 def _one_line(text: str) -> str:

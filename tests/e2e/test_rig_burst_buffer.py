@@ -1,0 +1,359 @@
+"""The burst buffer's lifecycle through Slurm's real burst_buffer/lua plugin (issue 34):
+jobns's burst_buffer.lua on the controller, `jobns bb` run by slurmscriptd, the prolog
+on the nodes reading what it did; on every release the rig runs, as the ordinary user
+alice (Slurm refuses root's burst-buffer jobs).
+
+Deployed as docs/admin.md "The burst buffer" says: BurstBufferType=burst_buffer/lua,
+burst_buffer.lua and burst_buffer.conf (Flags=TeardownFailure) beside slurm.conf,
+`[burst_buffer] enabled` and shared_base (the cluster file system, /lustre here) in
+every jobns.toml, `jobns bb pools` once before slurmctld starts.
+
+What is proved:
+- a job whose stage-in is slow starts only after it, while its nodes run other jobs;
+- the per-node prolog does not stage again (the source is gone by the time it runs);
+- a pool too small for two jobs makes the second wait (BurstBufferResources), then run;
+- stage-out after the job, then nothing of the job left anywhere;
+- slurmctld killed during stage-in and during stage-out, restarted: the job finishes,
+  nothing lost;
+- a failed stage-in holds that job only, with jobns's message as its reason.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from containers.errors import RigError
+from containers.images import Release
+from containers.rig import Rig
+from containers.slurm import SlurmCluster
+
+pytestmark = pytest.mark.docker
+
+ALICE, BOB = "alice", "bob"
+LUA = "/usr/share/jobns/slurm/lua"
+SHARED = "/lustre/bb"  # shared_base
+DATA = "/lustre/data"  # alice's: stage roots below it
+POOL_MIB = 100
+JOBNS_TOML = f"""\
+shared_base = "{SHARED}"
+[staging]
+stage_roots = ["{DATA}"]
+timeout = 600
+[burst_buffer]
+enabled = true
+granularity = "1MiB"
+size = "{POOL_MIB}MiB"
+"""
+EXAMPLES = "/usr/share/doc/jobns/examples"  # the package's burst_buffer.conf
+PAUSE = "JOBNS_TEST_PAUSE_IN"
+SAVE_INTERVAL = 35.0  # seconds: burst_buffer/lua saves its state every 30 s
+# Slurm's burst-buffer states of a job, in the order it goes through them.
+LIFE = (
+    "pending",
+    "staging-in",
+    "staged-in",
+    "pre-run",
+    "running",
+    "post-run",
+    "staging-out",
+    "staged-out",
+    "teardown",
+    "complete",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(docker_client: Any, release: Release, release_image: str) -> Iterator[SlurmCluster]:
+    with Rig(release_image, hostnames=["ctl", "node1", "node2"], client=docker_client) as rig:
+        c = SlurmCluster(
+            rig,
+            "ctl",
+            ["node1", "node2"],
+            jobns=True,
+            extra={"BurstBufferType": "burst_buffer/lua"},
+            files={"/etc/jobns/jobns.toml": JOBNS_TOML},
+        )
+        c.configure()
+        ctl = c.controller
+        # As an administrator installs them: beside slurm.conf, from the package.
+        ctl.exec(
+            ["cp", f"{LUA}/burst_buffer.lua", f"{EXAMPLES}/burst_buffer.conf", "/etc/slurm/"]
+        ).check("install burst_buffer.lua and burst_buffer.conf")
+        ctl.sh(f"install -d -m 0755 {SHARED} && install -d -o alice -m 0755 {DATA}").check(
+            "make the shared base and alice's data"
+        )
+        ctl.exec(["jobns", "bb", "pools"]).check("measure the pool before slurmctld starts")
+        c.start()
+        yield c
+
+
+def start_controller(cluster: SlurmCluster, pause: str = "") -> None:
+    """(Re)start slurmctld, with jobns's test pause point set in its environment (every
+    `jobns bb` it runs inherits it) or not."""
+    ctl = cluster.controller
+    # SIGTERM: slurmctld saves its state and stops (kill_controller is the crash).
+    ctl.sh("pkill -x slurmctld; while pgrep -x slurmctld >/dev/null; do sleep 0.2; done")
+    ctl.exec(["slurmctld"], env={PAUSE: pause} if pause else None).check("start slurmctld")
+    deadline = time.monotonic() + 60
+    while ctl.exec(["scontrol", "ping"], timeout=10).exit_code != 0:
+        if time.monotonic() > deadline:
+            raise RigError(f"slurmctld does not answer after a restart\n{cluster.logs()}")
+        time.sleep(0.5)
+
+
+def kill_controller(cluster: SlurmCluster, paused: str) -> None:
+    """SIGKILL slurmctld while a `jobns bb` step is paused, once it has saved the state it
+    is in (a crash loses what it had not saved: Slurm's own limit, not jobns's);
+    slurmscriptd then kills the step's process group too (or, if it outlived it, the
+    step runs on, as it would)."""
+    ctl = cluster.controller
+    # slurmctld writes its burst-buffer state every 30 s (AGENT_INTERVAL), its job state
+    # within seconds of a change.
+    time.sleep(SAVE_INTERVAL)
+    ctl.sh("pkill -KILL -x slurmctld; while pgrep -x slurmctld >/dev/null; do sleep 0.2; done")
+    ctl.sh('kill -CONT "$1" 2>/dev/null; true', paused)
+
+
+def paused_step(cluster: SlurmCluster, job_id: str, step: str, timeout: float = 120) -> str:
+    """The pid of `jobns bb --job-id JOB STEP` once it stopped itself at the pause point."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = cluster.controller.sh(
+            'for p in $(pgrep -f "bb --job-id $1 $2"); do '
+            '[ "$(ps -o stat= -p "$p" | cut -c1)" = T ] && echo "$p"; done; true',
+            job_id,
+            step,
+        )
+        if r.stdout.strip():
+            return r.stdout.split()[0]
+        time.sleep(0.5)
+    raise RigError(f"jobns bb {step} of job {job_id} never paused\n{cluster.logs()}")
+
+
+def show(cluster: SlurmCluster, *what: str) -> str:
+    r = cluster.controller.exec(["scontrol", "show", *what], timeout=30).check(
+        f"scontrol show {' '.join(what)}"
+    )
+    return r.stdout
+
+
+def field(text: str, key: str) -> str:
+    m = re.search(rf"\b{key}=(\S*)", text)
+    return m.group(1) if m else ""
+
+
+def wait_for(what: str, check: Any, cluster: SlurmCluster, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RigError(f"waited {timeout:g} s for {what}\n{cluster.logs(40)}")
+        time.sleep(0.5)
+
+
+def submit(cluster: SlurmCluster, script: str) -> str:
+    return cluster.sbatch(ALICE, script, wait=False)
+
+
+def put_input(cluster: SlurmCluster, name: str, text: str) -> str:
+    path = f"{DATA}/{name}"
+    cluster.controller.sh(
+        'install -d -o alice "$1" && printf %s "$2" >"$1/f" && chown alice "$1/f"', path, text
+    ).check(f"make {path}")
+    return path
+
+
+def gone(cluster: SlurmCluster, job_id: str) -> None:
+    """Nothing of the job is left: no shared tree, no burst-buffer record, no node state."""
+    ls = cluster.controller.sh(f"ls -A {SHARED} {SHARED}/.jobns-bb").stdout
+    assert f"job-{job_id}" not in ls, ls
+    for n in cluster.computes:
+        r = n.sh(
+            f"ls -A /run/jobns/jobs /tmp /dev/shm 2>/dev/null | grep -w 'job-{job_id}' || true"
+        )
+        assert not r.stdout.strip(), (n.hostname, r.stdout)
+
+
+def buffer_done(cluster: SlurmCluster, job_id: str) -> bool:
+    """The job's buffer is complete, or (a job slurmctld lost) its record is gone."""
+    r = cluster.controller.exec(["scontrol", "show", "job", job_id], timeout=30)
+    if r.exit_code == 0:
+        return field(r.stdout, "BurstBufferState") == "complete"
+    record = f"{SHARED}/.jobns-bb/job-{job_id}.json"
+    return cluster.controller.exec(["test", "-e", record]).exit_code != 0
+
+
+def bb_state(cluster: SlurmCluster, job_id: str) -> str:
+    return field(show(cluster, "job", job_id), "BurstBufferState")
+
+
+def test_a_slow_stage_in_holds_no_node_and_the_prolog_stages_nothing_again(
+    cluster: SlurmCluster,
+) -> None:
+    start_controller(cluster, pause="bb-data-in")
+    try:
+        src = put_input(cluster, "slow-in", "staged by the burst buffer\n")
+        job_id = submit(
+            cluster,
+            "#!/bin/sh\n#SBATCH -N2\n#BB_LUA pool=shared capacity=10M\n#JOBNS shared_tmpdir\n"
+            f"#JOBNS stage_in source={src} destination=/tmp/in\n"
+            "srun -N2 jobns run -- cat /tmp/in/f\n",
+        )
+        pid = paused_step(cluster, job_id, "data-in")
+        # Copied, not yet staged-in: the job waits without nodes, which run other jobs.
+        job = show(cluster, "job", job_id)
+        burst = show(cluster, "burst")
+        print(f"--- during stage-in: scontrol show burst\n{burst}")
+        assert field(job, "JobState") == "PENDING", job
+        assert field(job, "Reason") == "BurstBufferStageIn", job
+        assert field(job, "BurstBufferState") == "staging-in", job
+        assert field(job, "NodeList") in ("", "(null)"), job
+        bbstat = show(cluster, "bbstat")
+        assert "jobns burst buffer: pool shared:" in bbstat, bbstat
+        assert f"job {job_id} user alice: set-up, layout shared" in bbstat, bbstat
+        other = cluster.sbatch(BOB, "#!/bin/sh\n#SBATCH -N2\nsrun -N2 hostname\n")
+        assert sorted(cluster.output(other).split()) == ["node1", "node2"]
+        # The source goes away before any prolog runs: a prolog that staged again fails.
+        cluster.controller.exec(["rm", "-rf", src]).check("remove the source")
+        cluster.controller.exec(["kill", "-CONT", pid]).check("resume the stage-in")
+        state, code = cluster.wait_done(job_id, 180)
+        assert (state, code) == ("COMPLETED", "0:0"), cluster.output(job_id) + cluster.logs()
+        assert cluster.output(job_id).splitlines() == ["staged by the burst buffer"] * 2
+        wait_for("the buffer's teardown", lambda: bb_state(cluster, job_id) == "complete", cluster)
+        gone(cluster, job_id)
+    finally:
+        start_controller(cluster)
+
+
+def test_a_pool_too_small_makes_a_job_wait_then_run(cluster: SlurmCluster) -> None:
+    big = submit(
+        cluster,
+        f"#!/bin/sh\n#BB_LUA pool=shared capacity={POOL_MIB * 7 // 10}M\n"
+        "#JOBNS shared_tmpdir\nsleep 10\necho first\n",
+    )
+    wait_for("the first job to run", lambda: cluster.job_state(big)[0] == "RUNNING", cluster)
+    second = submit(
+        cluster,
+        f"#!/bin/sh\n#BB_LUA pool=shared capacity={POOL_MIB // 2}M\n"
+        "#JOBNS shared_tmpdir\necho second\n",
+    )
+    # node2 is free: only the pool keeps the second job waiting.
+    wait_for(
+        "the second job to wait for the pool",
+        lambda: field(show(cluster, "job", second), "Reason") == "BurstBufferResources",
+        cluster,
+        60,
+    )
+    assert cluster.job_state(big)[0] == "RUNNING"
+    for job_id in (big, second):
+        assert cluster.wait_done(job_id, 240) == ("COMPLETED", "0:0"), cluster.logs()
+    assert cluster.output(second).split() == ["second"]
+
+
+def test_stage_out_after_the_job_leaves_nothing(cluster: SlurmCluster) -> None:
+    cluster.controller.sh(f"rm -rf {DATA}/out-*").check("clean")
+    job_id = submit(
+        cluster,
+        "#!/bin/sh\n#BB_LUA pool=shared capacity=1M\n#JOBNS shared_tmpdir\n"
+        f"#JOBNS stage_out source=/tmp/out destination={DATA}/out-%j\n"
+        "srun jobns run -- sh -c 'mkdir /tmp/out && echo result >/tmp/out/r'\n",
+    )
+    # The job's burst-buffer states as scontrol shows them, each once, in Slurm's order.
+    seen: list[str] = []
+    deadline = time.monotonic() + 180
+    while not seen or seen[-1] != "complete":
+        assert time.monotonic() < deadline, (seen, cluster.logs())
+        now = bb_state(cluster, job_id)
+        if now and (not seen or seen[-1] != now):
+            seen.append(now)
+        time.sleep(0.1)
+    print(f"--- job {job_id}: BurstBufferState {' -> '.join(seen)}")
+    order = list(LIFE)
+    assert [order.index(s) for s in seen] == sorted(order.index(s) for s in seen), seen
+    assert cluster.wait_done(job_id, 120) == ("COMPLETED", "0:0"), cluster.logs()
+    r = cluster.controller.exec(["cat", f"{DATA}/out-{job_id}/r"]).check("read the output")
+    assert r.stdout == "result\n"
+    owner = cluster.controller.exec(["stat", "-c", "%U", f"{DATA}/out-{job_id}/r"]).stdout
+    assert owner.strip() == ALICE  # copied as her, never as root
+    gone(cluster, job_id)
+
+
+def test_slurmctld_killed_during_stage_in_restarts_it_and_loses_nothing(
+    cluster: SlurmCluster,
+) -> None:
+    start_controller(cluster, pause="bb-data-in")
+    src = put_input(cluster, "restart-in", "survived a restart\n")
+    job_id = submit(
+        cluster,
+        "#!/bin/sh\n#BB_LUA pool=shared capacity=5M\n#JOBNS shared_tmpdir\n"
+        f"#JOBNS stage_in source={src} destination=/tmp/in\n"
+        "srun jobns run -- cat /tmp/in/f\n",
+    )
+    pid = paused_step(cluster, job_id, "data-in")
+    kill_controller(cluster, pid)
+    start_controller(cluster)
+    # Slurm tears the half-staged buffer down and stages it in again 60 s later.
+    assert cluster.wait_done(job_id, 300) == ("COMPLETED", "0:0"), cluster.logs(60)
+    assert cluster.output(job_id) == "survived a restart\n"
+    r = cluster.controller.exec(["cat", f"{src}/f"]).check("the source is whole")
+    assert r.stdout == "survived a restart\n"
+    wait_for("the buffer's teardown", lambda: bb_state(cluster, job_id) == "complete", cluster)
+    gone(cluster, job_id)
+
+
+def test_slurmctld_killed_during_stage_out_restarts_it_and_loses_nothing(
+    cluster: SlurmCluster,
+) -> None:
+    start_controller(cluster, pause="bb-data-out")
+    try:
+        job_id = submit(
+            cluster,
+            "#!/bin/sh\n#BB_LUA pool=shared capacity=1M\n#JOBNS shared_tmpdir\n"
+            f"#JOBNS stage_out source=/tmp/out destination={DATA}/restart-out-%j\n"
+            "srun jobns run -- sh -c 'mkdir /tmp/out && echo kept >/tmp/out/r'\n",
+        )
+        pid = paused_step(cluster, job_id, "data-out")
+        print(f"--- during stage-out: scontrol show burst\n{show(cluster, 'burst')}")
+        assert bb_state(cluster, job_id) == "staging-out"
+        kill_controller(cluster, pid)
+    finally:
+        start_controller(cluster)
+    # If slurmctld saved the job: post_run and data_out again (the copies done are not
+    # repeated), then teardown. If the kill lost it: the buffer is vestigial, and its
+    # teardown (not hurried) makes the copies still to make before it removes anything.
+    wait_for("the buffer's teardown", lambda: buffer_done(cluster, job_id), cluster)
+    r = cluster.controller.exec(["cat", f"{DATA}/restart-out-{job_id}/r"]).check("the output")
+    assert r.stdout == "kept\n"
+    gone(cluster, job_id)
+
+
+def test_a_failed_stage_in_holds_only_that_job(cluster: SlurmCluster) -> None:
+    job_id = submit(
+        cluster,
+        "#!/bin/sh\n#BB_LUA pool=shared capacity=1M\n#JOBNS shared_tmpdir\n"
+        f"#JOBNS stage_in source={DATA}/no-such-input destination=/tmp/in\necho never\n",
+    )
+    # Held (priority 0), jobns's line in its reason (scontrol prints the description
+    # there: BurstBufferOperation's text) and in its SystemComment.
+    said = f"stage_in source {DATA}/no-such-input does not exist"
+    wait_for(
+        "the job to be held with jobns's message",
+        lambda: said in show(cluster, "job", job_id),
+        cluster,
+        120,
+    )
+    job = show(cluster, "job", job_id)
+    assert field(job, "JobState") == "PENDING", job
+    assert field(job, "Priority") == "0", job
+    reason = job.split("Reason=", 1)[1].split()[0]  # scontrol writes its spaces as '_'
+    assert said.replace(" ", "_") in reason, job
+    assert said in job.split("SystemComment=", 1)[1], job
+    # The rest of the cluster runs on.
+    assert cluster.output(cluster.sbatch(ALICE, "#!/bin/sh\necho fine\n")) == "fine\n"
+    cluster.scancel(job_id)
+    wait_for("the buffer's teardown", lambda: bb_state(cluster, job_id) == "complete", cluster)
+    gone(cluster, job_id)
