@@ -182,14 +182,17 @@ def test_a_hostile_script_gets_a_clear_answer_in_bounded_time(
         assert says.startswith("script line 3: "), says
         assert code == 0 and out.strip().isdigit(), (out, err)
         job_id = out.strip()
+        # Held: priority 0, jobns's line in its SystemComment (and, spaces written as
+        # '_', as its reason).
+        said = f"jobns: bb setup job {job_id}: {says[:100]}"
         deadline = time.monotonic() + 120
         while True:
             shown = cluster.controller.exec(["scontrol", "show", "job", job_id], timeout=30)
-            if "Reason=BurstBufferOperation" in shown.stdout:
+            if said in shown.stdout.partition("SystemComment=")[2]:
                 break
-            assert time.monotonic() < deadline, (shown.stdout, cluster.logs())
+            assert time.monotonic() < deadline, (said, shown.stdout, cluster.logs())
             time.sleep(0.5)
-        assert f"bb setup job {job_id}: {says[:100]}" in shown.stdout, shown.stdout
         assert "JobState=PENDING" in shown.stdout, shown.stdout  # no node ran it
+        assert "Priority=0 " in shown.stdout, shown.stdout
         cluster.scancel(job_id)
     still_serving(cluster)

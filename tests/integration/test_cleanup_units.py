@@ -28,6 +28,8 @@ NAMES = (
     "jobns-gc.timer",
     "jobns-metrics.service",
     "jobns-metrics.timer",
+    "jobns-bb-pools.service",
+    "jobns-bb-pools.timer",
 )
 
 
@@ -123,6 +125,19 @@ def test_the_exec_start_commands_clean_up_after_a_crash(
     assert sandbox.leftovers() == []
 
 
+def run_as_systemd(argv: list[str], sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
+    """A unit's ExecStart as systemd runs it: from /, a bare environment, the sandbox's config."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+        env={"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+
+
 def test_the_metrics_unit_writes_the_textfile(sandbox: Sandbox) -> None:
     """jobns-metrics.service's ExecStart, with ${JOBNS_TEXTFILE} as systemd expands it."""
     from tests.metrics_format import parse
@@ -135,21 +150,33 @@ def test_the_metrics_unit_writes_the_textfile(sandbox: Sandbox) -> None:
     target.parent.mkdir()
     argv = [str(target) if a == "${JOBNS_TEXTFILE}" else a for a in argv]
     assert str(target) in argv
-    r = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        cwd="/",
-        timeout=60,
-        env={"JOBNS_CONFIG": str(sandbox.config), "PATH": "/usr/bin:/bin"},
-        check=False,
-    )
+    r = run_as_systemd(argv, sandbox)
     assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
     assert target.stat().st_mode & 0o777 == 0o644
     assert "jobns_jobs" in parse(target.read_text())
     assert os.listdir(target.parent) == ["jobns.prom"]  # no temporary file left
     timer = unit("jobns-metrics.timer")
     assert timer["Timer"]["OnUnitActiveSec"] == "1min"
+
+
+def test_the_bb_pools_unit_measures_the_pool(sandbox: Sandbox) -> None:
+    """jobns-bb-pools.service's ExecStart (the controller's, before slurmctld and every
+    30 s): the pool slurm_bb_pools reads, world-readable, integers only."""
+    sandbox.write_config("[burst_buffer]\nenabled = true\ngranularity = 4096\n")
+    service = unit("jobns-bb-pools.service")
+    assert service["Unit"]["Before"] == "slurmctld.service"
+    (argv,) = exec_starts("jobns-bb-pools.service")
+    r = run_as_systemd(argv, sandbox)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    written = sandbox.state / "bb" / "pools.json"
+    assert written.stat().st_mode & 0o777 == 0o644
+    doc = json.loads(written.read_text())
+    assert json.loads(r.stdout) == doc
+    (pool,) = doc["pools"]
+    assert pool["id"] == "shared" and pool["granularity"] == 4096
+    assert all(type(pool[k]) is int for k in ("quantity", "free", "granularity"))
+    assert 0 <= pool["free"] <= pool["quantity"]
+    assert unit("jobns-bb-pools.timer")["Timer"]["OnUnitActiveSec"] == "30s"
 
 
 def test_install_python_installed_the_units_and_the_man_page() -> None:

@@ -592,3 +592,18 @@ def test_unknown_field_with_a_line_break_is_one_line() -> None:
     doc = record_doc()
     doc["forged\njobns: all is well"] = 1
     one_line_error(json.dumps(doc).encode(), "not a known field")
+
+
+@pytest.mark.parametrize("size", [10_000, 2 << 20])
+def test_a_huge_word_makes_a_message_of_bounded_size(size: int) -> None:
+    """A 2 MiB verb is quoted in the problem: the message stays one short line (it
+    becomes a log line, Slurm's job reason, what `jobns bb` writes into a pipe), and keeps
+    its end, which says what to do."""
+    from jobns.launcher.model.directives import DirectiveError, parse_script
+
+    with pytest.raises(DirectiveError) as caught:
+        parse_script("#!/bin/sh\n#JOBNS " + "x" * size + "\n")
+    message = str(caught.value)
+    assert len(message) < 1000 and "\n" not in message, len(message)
+    assert message.startswith("script line 2: '#JOBNS xxx")
+    assert message.endswith("known: shm, tmp, shared_tmpdir, no_rm_tmpdir, stage_in, stage_out")

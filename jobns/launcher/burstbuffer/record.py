@@ -16,7 +16,6 @@ root-only directory on the cluster file system: launcher.burstbuffer.store), wri
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from jobns.launcher.system.errors import JobnsError
@@ -70,12 +69,16 @@ class BbRecord:
         return frozenset(c["line"] for c in copies)
 
     def to_json(self) -> bytes:
+        import json  # not at the top: every prolog imports this module, few read a record
+
         d = {"version": VERSION}
         d.update({k: getattr(self, k) for k in FIELDS})
         return (json.dumps(d, indent=1, sort_keys=True) + "\n").encode()
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> BbRecord:
+        import json
+
         try:
             raw = json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:

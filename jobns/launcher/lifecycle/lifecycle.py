@@ -93,6 +93,7 @@ EPILOG_STATES = ("running", "post-run", "staging-out")
 ATTEMPTS = 3
 RETRY_PAUSE = 1.0
 COMMENT_PREFIX = "jobns:"
+MAX_WARNINGS = 10  # directive warnings printed (and logged) per job
 
 
 def require_root(what: str) -> None:
@@ -168,8 +169,11 @@ def directives_from(
         merged.stage_in += d.stage_in
         merged.stage_out += d.stage_out
         merged.warnings += d.warnings
-    for w in merged.warnings:
+    for w in merged.warnings[:MAX_WARNINGS]:
         warn(f"warning: {w}")
+    if len(merged.warnings) > MAX_WARNINGS:
+        # A script of a million misplaced lines must not flood the node's log.
+        warn(f"warning: and {len(merged.warnings) - MAX_WARNINGS} more like these")
     return merged
 
 

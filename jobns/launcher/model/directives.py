@@ -195,8 +195,22 @@ def _locate(problem: str, lineno: int | None, line: str | None, origin: str) -> 
         where = origin
     else:
         where = f"script line {lineno}" if origin == "script" else f"{origin} item {lineno}"
-    # repr() so control characters in a hostile script cannot reach a terminal or a log.
-    return f"{where}: {_shown(line)!r}: {problem}"
+    # repr() so control characters in a hostile script cannot reach a terminal or a log;
+    # the problem is cut too: it may quote a word of the line (a 2 MiB verb), and the
+    # message is one line of a log, of Slurm's job reason, of a pipe.
+    return f"{where}: {_shown(line)!r}: {_cut_middle(problem)}"
+
+
+MAX_PROBLEM = 400  # characters of a problem's text in a message
+
+
+def _cut_middle(problem: str) -> str:
+    """A long problem keeps its start and its end (what to do), not the middle of the
+    word it quotes."""
+    if len(problem) <= MAX_PROBLEM:
+        return problem
+    half = MAX_PROBLEM // 2
+    return problem[:half] + "..." + problem[-half:]
 
 
 def _shown(text: str) -> str:

@@ -64,9 +64,12 @@ local function last_line(text)
 	return last
 end
 
--- Run `jobns bb ARGS...` (fork, exec; no shell) and wait for it: slurm.SUCCESS and its
--- stdout, or slurm.ERROR and its last line of stderr.
-local function jobns_bb(args)
+-- Run `jobns bb ARGS...` (fork, exec; no shell) and wait for it. One pipe, read to its
+-- end: its stderr (its one-line message), and for status its stdout too (otherwise
+-- /dev/null: on 24.11 and later a step's output would become Slurm's message), so a
+-- full pipe can never stall it while we read another. slurm.SUCCESS and what it wrote,
+-- or slurm.ERROR and its last line.
+local function jobns_bb(args, want_stdout)
 	local ok, unistd = pcall(require, "posix.unistd")
 	local ok2, wait = pcall(require, "posix.sys.wait")
 	local ok3, fcntl = pcall(require, "posix.fcntl")
@@ -83,9 +86,8 @@ local function jobns_bb(args)
 		table.insert(argv, 1, "-n")
 		program = SUDO
 	end
-	local out_r, out_w = unistd.pipe()
-	local err_r, err_w = unistd.pipe()
-	if out_r == nil or err_r == nil then
+	local r, w = unistd.pipe()
+	if r == nil then
 		return slurm.ERROR, "jobns: burst_buffer.lua: pipe failed"
 	end
 	local pid = unistd.fork()
@@ -93,47 +95,46 @@ local function jobns_bb(args)
 		return slurm.ERROR, "jobns: burst_buffer.lua: fork failed"
 	end
 	if pid == 0 then
-		local null = fcntl.open("/dev/null", fcntl.O_RDONLY)
+		local null = fcntl.open("/dev/null", fcntl.O_RDWR)
 		unistd.dup2(null, 0)
-		unistd.dup2(out_w, 1)
-		unistd.dup2(err_w, 2)
-		unistd.close(out_r)
-		unistd.close(err_r)
+		unistd.dup2(want_stdout and w or null, 1)
+		unistd.dup2(w, 2)
+		unistd.close(r)
+		unistd.close(w)
+		unistd.close(null)
 		argv[0] = program
 		unistd.exec(program, argv)
 		unistd._exit(127)
 	end
-	unistd.close(out_w)
-	unistd.close(err_w)
-	-- Read both pipes to their end (jobns says little: stdout first, then stderr).
-	local function drain(fd)
-		local parts, size = {}, 0
-		while true do
-			local chunk = unistd.read(fd, 4096)
-			if chunk == nil or #chunk == 0 then
-				break
-			end
-			if size < MAX_OUTPUT then
-				parts[#parts + 1] = chunk
-				size = size + #chunk
-			end
+	unistd.close(w)
+	-- Read to the end, keeping at most MAX_OUTPUT.
+	local parts, size = {}, 0
+	while true do
+		local chunk = unistd.read(r, 65536)
+		if chunk == nil or #chunk == 0 then
+			break
 		end
-		unistd.close(fd)
-		return table.concat(parts)
+		if size < MAX_OUTPUT then
+			parts[#parts + 1] = chunk
+			size = size + #chunk
+		end
 	end
-	local out = drain(out_r)
-	local err = drain(err_r)
+	unistd.close(r)
+	local out = table.concat(parts)
 	local _, how, status = wait.wait(pid)
 	if how == "exited" and status == 0 then
-		for line in string.gmatch(err, "[^\n]+") do
-			slurm.log_info("%s", line)
+		if not want_stdout then -- its warnings, for slurmctld's log
+			for line in string.gmatch(out, "[^\n]+") do
+				slurm.log_info("%s", line)
+			end
 		end
 		return slurm.SUCCESS, out
 	end
-	for line in string.gmatch(err, "[^\n]+") do
+	local said = out
+	for line in string.gmatch(said, "[^\n]+") do
 		slurm.log_error("%s", line)
 	end
-	local why = last_line(err) or string.format("jobns bb %s: %s %s", tostring(args[#args]), tostring(how), tostring(status))
+	local why = last_line(said) or string.format("jobns bb %s: %s %s", tostring(args[#args]), tostring(how), tostring(status))
 	return slurm.ERROR, why
 end
 
@@ -146,9 +147,11 @@ local function step(args)
 	return rc, msg
 end
 
+-- The header's lines within the first 64 KiB (the checker's bound: slurmctld holds its
+-- locks while this runs; `jobns bb setup` reads the rest).
 local function header_lines(text)
 	local out = {}
-	for line in string.gmatch(text, "([^\n]*)\n?") do
+	for line in string.gmatch(string.sub(text, 1, 65536), "([^\n]*)\n?") do
 		local stripped = string.match(line, "^%s*(.-)%s*$")
 		if stripped ~= "" and string.sub(stripped, 1, 1) ~= "#" then
 			break
@@ -275,7 +278,7 @@ end
 
 -- scontrol show bbstat: the pool and each job's buffer.
 function slurm_bb_get_status(...)
-	local rc, out = jobns_bb({ "status" })
+	local rc, out = jobns_bb({ "status" }, true)
 	if rc ~= slurm.SUCCESS then
 		return slurm.SUCCESS, "jobns burst buffer: " .. tostring(out) .. "\n"
 	end

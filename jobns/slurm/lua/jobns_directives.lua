@@ -423,9 +423,22 @@ local function shown(line) -- _shown: a long line is cut to 200 characters
 	return first_chars(line, 200) .. "..."
 end
 
+local MAX_PROBLEM = 400 -- MAX_PROBLEM: a problem may quote a word of the line
+
+local function cut_middle(problem) -- _cut_middle: its start and its end
+	local n = length(problem)
+	if n <= MAX_PROBLEM then
+		return problem
+	end
+	local half = MAX_PROBLEM / 2
+	local tail = problem:sub(#first_chars(problem, n - half) + 1)
+	return first_chars(problem, half) .. "..." .. tail
+end
+
 -- _locate: where, the line (a script's) or item (a comment's) as repr() shows it, the problem.
 local function locate(problem, lineno, line, origin)
 	local where = origin == "script" and "script line " or (origin .. " item ")
+	problem = cut_middle(problem)
 	return where .. lineno .. ": " .. repr(shown(line)) .. ": " .. problem
 end
 
