@@ -252,6 +252,8 @@ def hazard(box: FuzzBox, argv: list[str], in_process: bool) -> str | None:
         return None  # refused before anything runs
     if opts.get("help"):
         return None
+    if name == "helper":
+        return "the resident helper runs until SIGTERM"
     config = opts.get("config") or None  # "": $JOBNS_CONFIG, the box's
     foreign = config is not None and config not in box.configs  # bases could be anywhere
     if name in READ_ONLY:
