@@ -153,16 +153,9 @@ def data_in(config: Config, job_id: str) -> BbRecord | None:
         dfd = _records(config)
         try:
             record = _load(config, dfd, job_id, lock)
-            for c in record.stage_in:
-                if c["line"] in record.stage_in_done:
-                    continue  # copied before a restart: never twice
-                errors = _copy(record, c, "staging-in", config.staging.timeout)
-                if errors:
-                    record.errors = errors
-                    store.save_at(dfd, record)
-                    raise UserError(_failed("stage-in", errors, "the inputs are untouched"))
-                record.stage_in_done.append(c["line"])
-                store.save_at(dfd, record)
+            errors = _copy_pending(config, dfd, record, "staging-in")
+            if errors:
+                raise UserError(_failed("stage-in", errors, "the inputs are untouched"))
             state.pause_point("bb-data-in")  # test hook: copied, not yet staged-in
             record.state, record.errors = STAGED_IN, []
             store.save_at(dfd, record)
@@ -237,16 +230,11 @@ def teardown(config: Config, job_id: str, hurry: bool) -> str:
 def _stage_out(config: Config, dfd: int, record: BbRecord) -> list[str]:
     """The stage_out copies not made yet, each as the job's user; errors (the record then
     says stage-out-failed, and every output stays whole in the tree)."""
-    for c in record.stage_out:
-        if c["line"] in record.stage_out_done:
-            continue
-        errors = _copy(record, c, "staging-out", config.staging.timeout)
-        if errors:
-            record.state, record.errors = STAGE_OUT_FAILED, errors
-            store.save_at(dfd, record)
-            return errors
-        record.stage_out_done.append(c["line"])
+    errors = _copy_pending(config, dfd, record, "staging-out")
+    if errors:
+        record.state = STAGE_OUT_FAILED
         store.save_at(dfd, record)
+        return errors
     if record.state != STAGED_OUT:
         record.state, record.errors = STAGED_OUT, []
         store.save_at(dfd, record)
@@ -356,6 +344,28 @@ def _owned_copies(
         [c for c in stg.stage_in if c.destination.startswith(top)],
         [c for c in stg.stage_out if c.source.startswith(top)],
     )
+
+
+def _copy_pending(config: Config, dfd: int, record: BbRecord, phase: str) -> list[str]:
+    """The copies of a phase (staging-in, staging-out) not made yet, in order; each made
+    one is recorded at once, so none is made twice after a restart. The first failure's
+    errors are recorded and returned; nothing after it is tried."""
+    copies, done = (
+        (record.stage_in, record.stage_in_done)
+        if phase == "staging-in"
+        else (record.stage_out, record.stage_out_done)
+    )
+    for c in copies:
+        if c["line"] in done:
+            continue
+        errors = _copy(record, c, phase, config.staging.timeout)
+        if errors:
+            record.errors = errors
+            store.save_at(dfd, record)
+            return errors
+        done.append(c["line"])
+        store.save_at(dfd, record)
+    return []
 
 
 def _copy(record: BbRecord, c: dict[str, str], phase: str, deadline: float) -> list[str]:
