@@ -305,7 +305,10 @@ report = {
     "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("PMIX_", "SLURM_PMIX"))},
     "tmp": sorted(os.listdir("/tmp")),
 }
-print("pmix-dirs " + json.dumps(report), flush=True)
+# to a file, not stdout: srun forwards two ranks' long lines in pieces that interleave
+with open(f"{sync}/report-{report['host']}.json", "w") as out:
+    json.dump(report, out)
+print(f"pmix-dirs rank {report['rank']} on {report['host']}", flush=True)
 open(f"{sync}/ready-{report['host']}", "w").close()
 for _ in range(600):
     if os.path.exists(f"{sync}/go"):
@@ -362,9 +365,8 @@ def test_pmix_session_directories(mpi: SlurmCluster, release: Release) -> None:
         mpi.logs(),
     )
     reports = [
-        json.loads(line.split(" ", 1)[1])
-        for line in out.splitlines()
-        if line.startswith("pmix-dirs ")
+        json.loads(mpi.controller.exec(["cat", f"{sync}/report-{h}.json"]).check("report").stdout)
+        for h in COMPUTES
     ]
     assert sorted(r["host"] for r in reports) == sorted(COMPUTES), out
     node_ns = own_mnt(mpi)

@@ -32,6 +32,7 @@ import stat
 from jobns.launcher.model.plan import SCRATCH_MODE, TOP_MODE
 from jobns.launcher.system import libc
 from jobns.launcher.system.errors import JobnsError, UserError
+from jobns.launcher.system.locking import flock_within
 from jobns.launcher.system.removal import (
     MAX_STACK,
     O_DIR,
@@ -479,22 +480,12 @@ LOCK_WAIT = 5.0  # seconds root's setup waits for a tree another process holds e
 def _share_lock(fd: int, path: str, bounded: bool) -> None:
     if not bounded:
         fcntl.flock(fd, fcntl.LOCK_SH)
-        return
-    import time
-
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                # Only its owner (the job's user) or root can open it to lock it.
-                raise UserError(
-                    f"refuse {path}: its owner holds it locked (flock) for more than "
-                    f"{LOCK_WAIT:.0f} s; release the lock and submit the job again"
-                ) from None
-            time.sleep(0.05)
+    elif not flock_within(fd, fcntl.LOCK_SH, LOCK_WAIT, 0.05):
+        # Only its owner (the job's user) or root can open it to lock it.
+        raise UserError(
+            f"refuse {path}: its owner holds it locked (flock) for more than "
+            f"{LOCK_WAIT:.0f} s; release the lock and submit the job again"
+        )
 
 
 def _swap_in(

@@ -19,13 +19,14 @@ import errno
 import fcntl
 import os
 import stat
-import time
 
 from jobns.launcher.backing import fs
 from jobns.launcher.burstbuffer.record import DIR, BbRecord, file_name
 from jobns.launcher.model.config import Config
 from jobns.launcher.system import files
 from jobns.launcher.system.errors import JobnsError, warn
+from jobns.launcher.system.locking import flock_within
+from jobns.launcher.system.rootdir import ensure_root_dir
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_RECORD = 8 << 20  # a record holds a script header: bounded like Slurm's scripts
@@ -150,16 +151,7 @@ def controller_dir(config: Config) -> str:
     """<state_dir>/bb, made root's 0755 (slurmctld's SlurmUser reads pools.json)."""
     path = f"{config.state_dir.rstrip('/')}/bb"
     os.makedirs(config.state_dir, mode=0o711, exist_ok=True)
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        raise JobnsError(
-            f"use {path}: it must be a directory of root's that no one else may write; "
-            "remove it (jobns makes it again)"
-        )
+    ensure_root_dir(path, 0o755, 0o022, "burst buffer")
     return path
 
 
@@ -172,19 +164,12 @@ class StepLock:
 
     def __enter__(self) -> StepLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        deadline = time.monotonic() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise JobnsError(
-                        f"lock {self.path}: another jobns bb step of the job has held it "
-                        f"for {LOCK_WAIT:g} s; look at it with ps"
-                    ) from None
-                time.sleep(0.2)
+        if not flock_within(fd, fcntl.LOCK_EX, LOCK_WAIT, 0.2):
+            os.close(fd)
+            raise JobnsError(
+                f"lock {self.path}: another jobns bb step of the job has held it "
+                f"for {LOCK_WAIT:g} s; look at it with ps"
+            )
         self.fd = fd
         return self
 

@@ -84,6 +84,7 @@ HOT = (
     "launcher.system.supervise",
     "launcher.system.user",
     "launcher.system.removal",
+    "launcher.system.locking",
     "launcher.system.mountinfo",
     "launcher.system.jsonfast",
     "launcher.system.fields",

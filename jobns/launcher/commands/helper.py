@@ -44,6 +44,7 @@ from jobns.launcher.model import config as config_mod
 from jobns.launcher.model.inputs import Options
 from jobns.launcher.protocol import state
 from jobns.launcher.system.errors import JobnsError, warn
+from jobns.launcher.system.rootdir import ensure_root_dir
 
 END = "JOBNS_END=1"
 EPILOG_AT = "JOBNS_EPILOG_AT"  # launcher.commands.teardown.epilog_time reads it
@@ -156,16 +157,7 @@ def _prepare(state_dir: str, top: str) -> int:
     it never sees an end of file, and a script's write never blocks)."""
     state.ensure_state_dir(state_dir)
     for path in (top, f"{top}/{state.HELPER_REQUESTS}"):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-            raise JobnsError(
-                f"helper: {path} must be a directory of root's, mode 0700 (remove it and "
-                "start the helper again)"
-            )
+        ensure_root_dir(path, 0o700, 0o077, "helper")
     bell_path = f"{top}/{state.HELPER_DOORBELL}"
     try:
         st = os.lstat(bell_path)
