@@ -357,3 +357,107 @@ def test_a_failed_stage_in_holds_only_that_job(cluster: SlurmCluster) -> None:
     cluster.scancel(job_id)
     wait_for("the buffer's teardown", lambda: bb_state(cluster, job_id) == "complete", cluster)
     gone(cluster, job_id)
+
+
+def test_scancel_during_stage_in_tears_the_buffer_down(cluster: SlurmCluster) -> None:
+    """scancel of a job whose stage-in is under way: Slurm tears its buffer down in a
+    hurry; the teardown waits for the copy still running (the job's steps take turns),
+    then removes the shared tree. The source is untouched."""
+    start_controller(cluster, pause="bb-data-in")
+    try:
+        src = put_input(cluster, "cancel-in", "not needed after all\n")
+        job_id = submit(
+            cluster,
+            "#!/bin/sh\n#BB_LUA pool=shared capacity=5M\n#JOBNS shared_tmpdir\n"
+            f"#JOBNS stage_in source={src} destination=/tmp/in\necho never\n",
+        )
+        pid = paused_step(cluster, job_id, "data-in")
+        cluster.scancel(job_id)
+        cluster.controller.sh('kill -CONT "$1" 2>/dev/null; true', pid)
+        wait_for("the buffer's teardown", lambda: buffer_done(cluster, job_id), cluster)
+    finally:
+        start_controller(cluster)
+    assert cluster.job_state(job_id)[0] == "CANCELLED", show(cluster, "job", job_id)
+    assert cluster.output(job_id) == ""
+    r = cluster.controller.exec(["cat", f"{src}/f"]).check("the source is whole")
+    assert r.stdout == "not needed after all\n"
+    gone(cluster, job_id)
+
+
+def test_a_requeued_job_stages_out_then_in_again(cluster: SlurmCluster) -> None:
+    """scontrol requeue of a running burst-buffer job: Slurm stages its outputs out,
+    tears the buffer down, and sets it up and stages in again before the job's second
+    run, which starts with a fresh shared /tmp holding the input again. Both runs'
+    outputs end up in the destination."""
+    src = put_input(cluster, "requeue-in", "staged for every run\n")
+    out = f"{DATA}/requeue-out"
+    cluster.controller.sh(f"rm -rf {out}-*").check("clean")
+    job_id = submit(
+        cluster,
+        "#!/bin/sh\n#SBATCH --requeue\n#BB_LUA pool=shared capacity=1M\n#JOBNS shared_tmpdir\n"
+        f"#JOBNS stage_in source={src} destination=/tmp/in\n"
+        f"#JOBNS stage_out source=/tmp/out destination={out}-%j\n"
+        'run="run-${SLURM_RESTART_COUNT:-0}"\n'
+        "srun jobns run -- sh -c "
+        '\'cat /tmp/in/f && mkdir -p /tmp/out && echo "$1" >/tmp/out/"$1" && ls /tmp/out\' '
+        'sh "$run"\n'
+        '[ "$run" = run-0 ] && sleep 600\n'
+        "exit 0\n",
+    )
+    first = f"{SHARED}/job-{job_id}"
+    wait_for(
+        "the first run's output",
+        lambda: cluster.controller.sh(f"find {first} -name run-0 | grep -q .").exit_code == 0,
+        cluster,
+    )
+    cluster.controller.exec(["scontrol", "requeue", job_id]).check("requeue")
+    assert cluster.wait_done(job_id, 300) == ("COMPLETED", "0:0"), cluster.logs(60)
+    # The second run: the input staged in again, a shared /tmp without the first run's file.
+    assert cluster.output(job_id).splitlines() == ["staged for every run", "run-1"]
+    wait_for("the buffer's teardown", lambda: bb_state(cluster, job_id) == "complete", cluster)
+    r = cluster.controller.sh(f"ls {out}-{job_id}").check("the outputs")
+    assert r.stdout.split() == ["run-0", "run-1"]
+    gone(cluster, job_id)
+
+
+def test_doctor_on_the_controller_and_a_node(cluster: SlurmCluster) -> None:
+    """`jobns doctor` on a deployment made as docs/admin.md says: its burst-buffer lines
+    are all ok; an old pools.json (no timer measuring the pool) is one problem naming
+    the timer."""
+
+    def bb_lines(node: Any) -> list[str]:
+        r = node.exec(["jobns", "doctor"], timeout=60)
+        return [line for line in r.stdout.splitlines() if "burst" in line]
+
+    ctl = cluster.controller
+    ctl.exec(["jobns", "bb", "pools"]).check("measure the pool")
+    on_ctl = bb_lines(ctl)
+    print("--- jobns doctor on the controller\n" + "\n".join(on_ctl))
+    assert on_ctl and all(line.startswith("ok: ") for line in on_ctl), on_ctl
+    assert any("burst_buffer.lua is jobns's, runs /usr/bin/jobns" in line for line in on_ctl)
+    on_node = bb_lines(cluster.computes[0])
+    assert on_node and all(line.startswith("ok: ") for line in on_node), on_node
+    assert not any("burst_buffer.lua" in line for line in on_node), on_node  # not a controller
+    ctl.sh("touch -d '-1 hour' /run/jobns/bb/pools.json").check("age the pool")
+    try:
+        problems = [line for line in bb_lines(ctl) if line.startswith("problem: ")]
+        assert len(problems) == 1 and "jobns-bb-pools.timer" in problems[0], problems
+    finally:
+        ctl.exec(["jobns", "bb", "pools"]).check("measure the pool")
+
+
+def test_a_percent_in_the_bb_lua_line_still_reads_the_whole_script(cluster: SlurmCluster) -> None:
+    """A `%` on a #BB_LUA line makes Slurm hand setup and data_in a copy of the directive
+    lines only (a /proc/PID/fd path): jobns then reads the script slurmctld saved, so
+    the #JOBNS lines (the shared layout, the stage_in) still count."""
+    src = put_input(cluster, "percent-in", "read from the saved script\n")
+    job_id = submit(
+        cluster,
+        "#!/bin/sh\n#BB_LUA pool=shared capacity=1M tag=run-%j\n#JOBNS shared_tmpdir\n"
+        f"#JOBNS stage_in source={src} destination=/tmp/in\n"
+        "srun jobns run -- cat /tmp/in/f\n",
+    )
+    assert cluster.wait_done(job_id, 180) == ("COMPLETED", "0:0"), cluster.logs(60)
+    assert cluster.output(job_id) == "read from the saved script\n"
+    wait_for("the buffer's teardown", lambda: bb_state(cluster, job_id) == "complete", cluster)
+    gone(cluster, job_id)

@@ -10,7 +10,8 @@ prints the report and its verdict. The checks live in one module per subject: `h
 kernel, a container, mount propagation), `node` (state_dir, the bases, [[dirs]]),
 `capacity` (disk images, loop devices, scratch_base), `executables` (the programs root
 runs), `scripts` (slurm.conf's Prolog= and Epilog=), `spank_plugin`, `namespace_plugins`
-(Slurm's and jobns's namespace plugins), `ssh` (sshd's PAM stack) and `containers` (CDI);
+(Slurm's and jobns's namespace plugins), `ssh` (sshd's PAM stack), `burst_buffer`
+(Slurm's burst_buffer/lua running jobns's) and `containers` (CDI);
 below them `slurmconf` (reading slurm.conf and plugstack.conf), `slurm_versions` and
 `common` (the kinds of finding and the helpers several subjects share). A module imports
 only modules below it, never one that imports it back.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from jobns.launcher.commands.doctor.burst_buffer import burst_buffer_findings
 from jobns.launcher.commands.doctor.capacity import disk_users, loop_devices, scratch_base
 from jobns.launcher.commands.doctor.common import NOTE, OK, PROBLEM, Finding, _inside_any, _shown
 from jobns.launcher.commands.doctor.containers import DEFAULT_CDI_DIR, cdi
@@ -120,6 +122,7 @@ def _slurm_checks(config: config_mod.Config, slurm_conf: str, sshd_pam_file: str
     values = _slurm_values_or_none(slurm_conf)
     if values is None:
         return found
+    found += burst_buffer_findings(config, values, os.path.dirname(slurm_conf))
     loaded = bool(spank_plugins(plugstack_of(slurm_conf, values)))
     found += prolog_waits(config.state_dir, loaded)
     if config.enforce:
