@@ -133,6 +133,8 @@ PACKAGES = (
     # jobns's burst_buffer.lua runs `jobns bb` without a shell (fork and exec from
     # luaposix, for the Lua 5.1 slurmctld embeds): the controller's, in every release
     "lua-posix",
+    # where SlurmUser is not root, burst_buffer.lua runs `sudo -n jobns bb ...`
+    "sudo",
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bump when the build *procedure* changes in a way the inputs above do not show.

@@ -20,7 +20,6 @@ What is proved:
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,63 +30,34 @@ from containers.errors import RigError
 from containers.images import Release
 from containers.rig import Rig
 from containers.slurm import SlurmCluster
+from tests.e2e.rig.burst_buffer import (
+    ALICE,
+    BOB,
+    DATA,
+    LIFE,
+    PAUSE,
+    POOL_MIB,
+    SAVE_INTERVAL,
+    SHARED,
+    bb_state,
+    buffer_done,
+    deployed,
+    doctor_lines,
+    field,
+    gone,
+    put_input,
+    show,
+    submit,
+    wait_for,
+)
 
 pytestmark = pytest.mark.docker
-
-ALICE, BOB = "alice", "bob"
-LUA = "/usr/share/jobns/slurm/lua"
-SHARED = "/lustre/bb"  # shared_base
-DATA = "/lustre/data"  # alice's: stage roots below it
-POOL_MIB = 100
-JOBNS_TOML = f"""\
-shared_base = "{SHARED}"
-[staging]
-stage_roots = ["{DATA}"]
-timeout = 600
-[burst_buffer]
-enabled = true
-granularity = "1MiB"
-size = "{POOL_MIB}MiB"
-"""
-EXAMPLES = "/usr/share/doc/jobns/examples"  # the package's burst_buffer.conf
-PAUSE = "JOBNS_TEST_PAUSE_IN"
-SAVE_INTERVAL = 35.0  # seconds: burst_buffer/lua saves its state every 30 s
-# Slurm's burst-buffer states of a job, in the order it goes through them.
-LIFE = (
-    "pending",
-    "staging-in",
-    "staged-in",
-    "pre-run",
-    "running",
-    "post-run",
-    "staging-out",
-    "staged-out",
-    "teardown",
-    "complete",
-)
 
 
 @pytest.fixture(scope="module")
 def cluster(docker_client: Any, release: Release, release_image: str) -> Iterator[SlurmCluster]:
     with Rig(release_image, hostnames=["ctl", "node1", "node2"], client=docker_client) as rig:
-        c = SlurmCluster(
-            rig,
-            "ctl",
-            ["node1", "node2"],
-            jobns=True,
-            extra={"BurstBufferType": "burst_buffer/lua"},
-            files={"/etc/jobns/jobns.toml": JOBNS_TOML},
-        )
-        c.configure()
-        ctl = c.controller
-        # As an administrator installs them: beside slurm.conf, from the package.
-        ctl.exec(
-            ["cp", f"{LUA}/burst_buffer.lua", f"{EXAMPLES}/burst_buffer.conf", "/etc/slurm/"]
-        ).check("install burst_buffer.lua and burst_buffer.conf")
-        ctl.sh(f"install -d -m 0755 {SHARED} && install -d -o alice -m 0755 {DATA}").check(
-            "make the shared base and alice's data"
-        )
-        ctl.exec(["jobns", "bb", "pools"]).check("measure the pool before slurmctld starts")
+        c = deployed(rig, ["node1", "node2"])
         c.start()
         yield c
 
@@ -133,62 +103,6 @@ def paused_step(cluster: SlurmCluster, job_id: str, step: str, timeout: float = 
             return r.stdout.split()[0]
         time.sleep(0.5)
     raise RigError(f"jobns bb {step} of job {job_id} never paused\n{cluster.logs()}")
-
-
-def show(cluster: SlurmCluster, *what: str) -> str:
-    r = cluster.controller.exec(["scontrol", "show", *what], timeout=30).check(
-        f"scontrol show {' '.join(what)}"
-    )
-    return r.stdout
-
-
-def field(text: str, key: str) -> str:
-    m = re.search(rf"\b{key}=(\S*)", text)
-    return m.group(1) if m else ""
-
-
-def wait_for(what: str, check: Any, cluster: SlurmCluster, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RigError(f"waited {timeout:g} s for {what}\n{cluster.logs(40)}")
-        time.sleep(0.5)
-
-
-def submit(cluster: SlurmCluster, script: str) -> str:
-    return cluster.sbatch(ALICE, script, wait=False)
-
-
-def put_input(cluster: SlurmCluster, name: str, text: str) -> str:
-    path = f"{DATA}/{name}"
-    cluster.controller.sh(
-        'install -d -o alice "$1" && printf %s "$2" >"$1/f" && chown alice "$1/f"', path, text
-    ).check(f"make {path}")
-    return path
-
-
-def gone(cluster: SlurmCluster, job_id: str) -> None:
-    """Nothing of the job is left: no shared tree, no burst-buffer record, no node state."""
-    ls = cluster.controller.sh(f"ls -A {SHARED} {SHARED}/.jobns-bb").stdout
-    assert f"job-{job_id}" not in ls, ls
-    for n in cluster.computes:
-        r = n.sh(
-            f"ls -A /run/jobns/jobs /tmp /dev/shm 2>/dev/null | grep -w 'job-{job_id}' || true"
-        )
-        assert not r.stdout.strip(), (n.hostname, r.stdout)
-
-
-def buffer_done(cluster: SlurmCluster, job_id: str) -> bool:
-    """The job's buffer is complete, or (a job slurmctld lost) its record is gone."""
-    r = cluster.controller.exec(["scontrol", "show", "job", job_id], timeout=30)
-    if r.exit_code == 0:
-        return field(r.stdout, "BurstBufferState") == "complete"
-    record = f"{SHARED}/.jobns-bb/job-{job_id}.json"
-    return cluster.controller.exec(["test", "-e", record]).exit_code != 0
-
-
-def bb_state(cluster: SlurmCluster, job_id: str) -> str:
-    return field(show(cluster, "job", job_id), "BurstBufferState")
 
 
 def test_a_slow_stage_in_holds_no_node_and_the_prolog_stages_nothing_again(
@@ -424,23 +338,18 @@ def test_doctor_on_the_controller_and_a_node(cluster: SlurmCluster) -> None:
     """`jobns doctor` on a deployment made as docs/admin.md says: its burst-buffer lines
     are all ok; an old pools.json (no timer measuring the pool) is one problem naming
     the timer."""
-
-    def bb_lines(node: Any) -> list[str]:
-        r = node.exec(["jobns", "doctor"], timeout=60)
-        return [line for line in r.stdout.splitlines() if "burst" in line]
-
     ctl = cluster.controller
     ctl.exec(["jobns", "bb", "pools"]).check("measure the pool")
-    on_ctl = bb_lines(ctl)
+    on_ctl = doctor_lines(ctl)
     print("--- jobns doctor on the controller\n" + "\n".join(on_ctl))
     assert on_ctl and all(line.startswith("ok: ") for line in on_ctl), on_ctl
     assert any("burst_buffer.lua is jobns's, runs /usr/bin/jobns" in line for line in on_ctl)
-    on_node = bb_lines(cluster.computes[0])
+    on_node = doctor_lines(cluster.computes[0])
     assert on_node and all(line.startswith("ok: ") for line in on_node), on_node
     assert not any("burst_buffer.lua" in line for line in on_node), on_node  # not a controller
     ctl.sh("touch -d '-1 hour' /run/jobns/bb/pools.json").check("age the pool")
     try:
-        problems = [line for line in bb_lines(ctl) if line.startswith("problem: ")]
+        problems = [line for line in doctor_lines(ctl) if line.startswith("problem: ")]
         assert len(problems) == 1 and "jobns-bb-pools.timer" in problems[0], problems
     finally:
         ctl.exec(["jobns", "bb", "pools"]).check("measure the pool")

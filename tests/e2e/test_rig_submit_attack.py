@@ -34,11 +34,11 @@ import pytest
 from containers.images import Release
 from containers.rig import Rig
 from containers.slurm import WORK, SlurmCluster
+from tests.e2e.rig.burst_buffer import deployed
 
 pytestmark = pytest.mark.docker
 
 ALICE = "alice"
-LUA = "/usr/share/jobns/slurm/lua"  # where the jobns package installs them
 KiB, MiB = 1 << 10, 1 << 20
 MAX_JUDGED = 64 * KiB  # jobns_directives.lua: lines ending past it are not judged
 MAX_SCRIPT = 4 * MiB  # Slurm's default max_script_size; burst_buffer.lua reads this much
@@ -51,7 +51,6 @@ JUNK = "#JOBNS junk verb=1 and more words\n"
 # What the job would run: none of these jobs reaches a node.
 BODY = "jobns run -- echo in-jobns\necho ok\n"
 SMALL = "#!/bin/sh\necho ok\n"
-EXAMPLES = "/usr/share/doc/jobns/examples"
 JOBNS_TOML = 'shared_base = "/lustre/bb"\n[burst_buffer]\nenabled = true\n'
 TOO_BIG = "Batch job submission failed: Pathname of a file, directory or other parameter too long"
 
@@ -99,20 +98,7 @@ CASES: dict[str, tuple[Callable[[], str], str]] = {
 @pytest.fixture(scope="module")
 def cluster(docker_client: Any, release: Release, release_image: str) -> Iterator[SlurmCluster]:
     with Rig(release_image, hostnames=["ctl", "node1"], client=docker_client) as rig:
-        c = SlurmCluster(
-            rig,
-            "ctl",
-            ["node1"],
-            jobns=True,
-            extra={"BurstBufferType": "burst_buffer/lua"},
-            files={"/etc/jobns/jobns.toml": JOBNS_TOML},
-        )
-        c.configure()
-        # As docs/admin.md "The burst buffer" deploys it, from the package.
-        c.controller.exec(
-            ["cp", f"{LUA}/burst_buffer.lua", f"{EXAMPLES}/burst_buffer.conf", "/etc/slurm/"]
-        ).check("install burst_buffer.lua and burst_buffer.conf")
-        c.controller.sh("install -d -m 0755 /lustre/bb && jobns bb pools").check("the pool")
+        c = deployed(rig, ["node1"], toml=JOBNS_TOML)
         c.start()
         yield c
 
