@@ -689,7 +689,8 @@ srun -N1 sh -c 'readlink /proc/self/ns/mnt; echo $TMPDIR'
 
 # What a job's tasks are told when the node failed its background setup (the job is
 # then "requeued", or "failed" when Slurm would not requeue it)
-NODE_FAILED = "the node failed to set the job up; it is drained and the job "
+# lifecycle.node_failed_reason's words
+NODE_FAILED = "the node failed to set the job up; it is drained, and the job is requeued where "
 
 
 def requeued(cluster: SlurmCluster, job_id: str) -> bool:

@@ -57,7 +57,8 @@ def test_the_installed_script_is_the_packaged_entry_point() -> None:
 
 # What passes through the import system when a task makes its own namespace: the entry
 # and the loader itself with their floor's package, then plan (with its record reader,
-# fields), removal and fs (and fs's floor) through the finder (bytecode.LAUNCH).
+# fields), removal and fs (with fs's floor and its bounded flock, locking) through the
+# finder (bytecode.LAUNCH).
 OWN_NAMESPACE_LAUNCH = [
     "jobns.launcher.commands",
     "jobns.launcher.commands.bytecode",
@@ -65,6 +66,7 @@ OWN_NAMESPACE_LAUNCH = [
     "jobns.launcher.system.fields",
     "jobns.launcher.model.plan",
     "jobns.launcher.backing",
+    "jobns.launcher.system.locking",
     "jobns.launcher.system.removal",
     "jobns.launcher.backing.fs",
 ]

@@ -40,9 +40,10 @@ PACKAGES = ("jobns.launcher.", "jobns.hook.", "jobns.schemas.")
 # The modules every `jobns run` imports, each after the modules it imports at its top
 # (the unit test checks the order, the integration test that none is missing), named
 # below jobns.launcher; a floor (a name without a dot) is a package, loaded before its
-# modules. A task that makes its own namespace also needs plan (and fields), fs and removal: those
-# come through the finder, so that the far more frequent task joining a set-up job does
-# not load them. The floor commands, this module's own package, is loaded by then.
+# modules. A task that makes its own namespace also needs plan (and fields), fs, locking
+# and removal: those come through the finder, so that the far more frequent task joining
+# a set-up job does not load them. The floor commands, this module's own package, is
+# loaded by then.
 LAUNCH = (
     "system",
     "system.errors",
